@@ -1,0 +1,132 @@
+"""Run N reference agents on the code-analysis workload and collect the TTFT benchmark figures."""
+
+from __future__ import annotations
+
+import asyncio
+import tempfile
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Literal
+
+from lookahead_sdk.agent.llm import ChatClient
+from lookahead_sdk.agent.loop import AgentRun, ReferenceAgent
+from lookahead_sdk.agent.workload import MAIN_SYSTEM_PROMPT, CodeAnalysisWorkload, Delegation, workload_tools
+from lookahead_sdk.messages import Message
+from lookahead_sdk.offload_store import OffloadStore
+from lookahead_sdk.policy import ContextPolicy
+from lookahead_sdk.strategies import Isolate, KeepRecent, Offload, Summarize
+from lookahead_sdk.tags import program
+from lookahead_sdk.tokens import TokenCounter, auto_token_counter
+from lookahead_sdk.tools import ToolRegistry
+from lookahead_sdk.warmup import make_warmer
+
+STRATEGIES: tuple[str, ...] = ("offload", "keep_recent", "summarize", "isolate")
+Mode = Literal["sync", "lookahead"]
+
+
+@dataclass
+class RunResult:
+    """One (strategy, mode) run over all agents; raw lists so anyone can recompute."""
+
+    transform_ttft_s: list[float] = field(default_factory=list)
+    normal_ttft_s: list[float] = field(default_factory=list)
+    transform_turns: int = 0
+    lookahead_hits: int = 0
+    stale: int = 0
+    fallbacks: int = 0
+    extra_prompt_tokens: int = 0  # prompt tokens prefilled by lookahead background work
+    cached_prompt_tokens: int = 0  # foreground prompt tokens served from the prefix cache
+    prefilled_prompt_tokens: int = 0  # all prompt tokens the engine computed, background included
+    wasted_prompt_tokens: int = 0  # background tokens of lookaheads that were never committed
+    wall_s: float = 0.0
+
+    def add(self, run: AgentRun) -> None:
+        for turn in run.turns:
+            (self.transform_ttft_s if turn.is_transform_turn else self.normal_ttft_s).append(turn.ttft_s)
+            self.transform_turns += turn.is_transform_turn
+            self.cached_prompt_tokens += turn.cached_tokens
+            self.prefilled_prompt_tokens += max(0, turn.prompt_tokens - turn.cached_tokens)
+        stats = run.stats
+        self.lookahead_hits += stats.hits
+        self.stale += stats.stale
+        self.fallbacks += stats.fallbacks
+        self.extra_prompt_tokens += stats.background_prompt_tokens
+        self.wasted_prompt_tokens += stats.wasted_prompt_tokens
+        self.prefilled_prompt_tokens += stats.background_prompt_tokens + stats.sync_prompt_tokens
+
+    def to_json(self) -> dict:
+        return asdict(self)
+
+
+def handover_from_history(plan: Sequence[Delegation]) -> Callable[[Sequence[Message]], str]:
+    """Isolate's sub-agent system prompt: the handover of the module the history is delegating."""
+    by_prompt = {delegation.prompt: delegation.handover for delegation in plan}
+
+    def handover(history: Sequence[Message]) -> str:
+        for message in reversed(history):
+            if message.get("role") == "user" and message.get("content") in by_prompt:
+                return by_prompt[message["content"]]
+        raise ValueError("no delegation prompt in the history to hand over")
+
+    return handover
+
+
+def make_policy(strategy: str, *, store_dir: Path, plan: Sequence[Delegation] = ()) -> ContextPolicy:
+    if strategy == "offload":
+        return Offload(store=OffloadStore(store_dir))
+    if strategy == "keep_recent":
+        return KeepRecent()
+    if strategy == "summarize":
+        return Summarize()
+    if strategy == "isolate":
+        return Isolate(subagent_system=handover_from_history(plan))
+    raise ValueError(f"strategy must be one of {STRATEGIES}, got {strategy!r}")
+
+
+async def run_agents(
+    base_url: str,
+    *,
+    strategy: str,
+    mode: Mode,
+    agents: int,
+    steps: int,
+    window_tokens: int,
+    warmer: str = "openai",
+    seed: int = 0,
+    model: str = "default",
+    token_counter: TokenCounter | None = None,
+    max_tokens: int = 32,
+    on_turn: Callable[[], None] | None = None,
+) -> RunResult:
+    """`agents` concurrent agents (seeds seed..seed+agents-1), each its own program."""
+    if agents < 1:
+        raise ValueError(f"agents must be >= 1, got {agents}")
+    counter = token_counter or auto_token_counter(base_url)
+    llm = ChatClient(base_url, model=model)
+    warm = make_warmer(warmer, base_url) if mode == "lookahead" else None
+    result = RunResult()
+    loop = asyncio.get_running_loop()
+    started = loop.time()
+    with tempfile.TemporaryDirectory(prefix="lookahead-offload-") as store_dir:
+
+        async def one_agent(index: int) -> AgentRun:
+            workload = CodeAnalysisWorkload(seed=seed + index, steps=steps, token_counter=counter)
+            plan = workload.delegation_plan() if strategy == "isolate" else workload.read_plan()
+            policy = make_policy(strategy, store_dir=Path(store_dir), plan=[p for p in plan if isinstance(p, Delegation)])
+            agent = ReferenceAgent(
+                llm, ToolRegistry(workload_tools(workload)), policy=policy, mode=mode,
+                window_tokens=window_tokens, warmer=warm, token_counter=counter, max_tokens=max_tokens,
+            )
+            async with program(f"{strategy}-{mode}-a{index}-s{seed}", release_to=()):
+                return await agent.run(MAIN_SYSTEM_PROMPT, workload.task(), plan=plan)
+
+        try:
+            for run in await asyncio.gather(*(one_agent(i) for i in range(agents))):
+                result.add(run)
+        finally:
+            await llm.aclose()
+            if warm is not None:
+                await warm.aclose()
+    result.wall_s = loop.time() - started
+    return result

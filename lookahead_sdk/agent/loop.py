@@ -1,0 +1,155 @@
+"""The reference agent loop: model turn, tool calls, segment boundary; the runtime does the rest."""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field, replace
+from typing import Any, ClassVar
+
+from lookahead_sdk.agent.llm import ChatClient, ChatResult
+from lookahead_sdk.agent.workload import Delegation, PlannedCall, Step
+from lookahead_sdk.messages import Message
+from lookahead_sdk.offload_store import OffloadStore
+from lookahead_sdk.policy import ContextPolicy, resolve_policy
+from lookahead_sdk.runtime import CommitKind, LookaheadRuntime, RuntimeMode, RuntimeStats
+from lookahead_sdk.tokens import TokenCounter
+from lookahead_sdk.tools import ToolRegistry
+from lookahead_sdk.warmup import RequestShape, Warmer
+
+
+@dataclass(frozen=True)
+class TurnRecord:
+    agent: str  # "main" or "sub"
+    step: int
+    ttft_s: float  # from wanting to call the model (commit included) to its first token
+    commit: CommitKind
+    context_tokens: int
+    prompt_tokens: int
+    cached_tokens: int
+
+    @property
+    def is_transform_turn(self) -> bool:
+        return self.commit is not CommitKind.NONE
+
+
+@dataclass
+class AgentRun:
+    turns: list[TurnRecord] = field(default_factory=list)
+    stats: RuntimeStats = field(default_factory=RuntimeStats)
+    messages: list[Message] = field(default_factory=list)
+
+
+def tool_message(call: dict[str, Any], content: str) -> Message:
+    return {"role": "tool", "tool_call_id": call["id"], "content": content}
+
+
+def planned_tool_call(call: PlannedCall, call_id: str) -> dict[str, Any]:
+    return {"id": call_id, "type": "function", "function": {"name": call.name, "arguments": json.dumps(call.arguments)}}
+
+
+@dataclass
+class ReferenceAgent:
+    """A small async agent. With a `plan`, tool calls come from the workload (reproducible runs);
+    without one, from the model's own tool calls."""
+
+    llm: ChatClient
+    tools: ToolRegistry
+    policy: ContextPolicy | None = None
+    mode: RuntimeMode = "lookahead"
+    window_tokens: int = 8192
+    warmer: Warmer | None = None
+    token_counter: TokenCounter | None = None
+    offload_store: OffloadStore | None = None
+    max_tokens: int = 48
+    instruction_tokens: int = 80
+    send_tools: bool = False
+
+    default_context_policy: ClassVar[ContextPolicy | None] = None
+
+    def with_context_policy(self, policy: ContextPolicy) -> ReferenceAgent:
+        return replace(self, policy=policy)
+
+    def new_runtime(self, messages: Sequence[Message]) -> LookaheadRuntime:
+        policy = resolve_policy(self.policy, self)
+        if policy is None:
+            raise ValueError("ReferenceAgent needs a context policy: policy=... or @context_policy(...)")
+        return LookaheadRuntime(
+            policy, mode=self.mode, messages=messages, window_tokens=self.window_tokens,
+            token_counter=self.token_counter, llm=self.llm, warmer=self.warmer,
+            shape=RequestShape(self.llm.model, tuple(self.tools.schemas()) if self.send_tools else None),
+            offload_store=self.offload_store,
+        )
+
+    async def run(self, system: str, task: str, *, plan: Sequence[Step] | None = None, max_steps: int = 50) -> AgentRun:
+        record = AgentRun()
+        async with self.new_runtime([{"role": "system", "content": system}, {"role": "user", "content": task}]) as runtime:
+            for step in range(len(plan) if plan is not None else max_steps):
+                planned = plan[step] if plan is not None else None
+                if isinstance(planned, Delegation):
+                    await self._delegate(runtime, planned, step, record)
+                    continue
+                result = await self._model_turn(runtime, "main", step, record)
+                calls = [planned_tool_call(planned, f"call_{step}")] if planned else result.message.get("tool_calls", [])
+                runtime.append({**result.message, "tool_calls": calls} if calls else result.message)
+                if not calls:
+                    break
+                for call in calls:
+                    output = await self.tools.call(call["function"]["name"], call["function"]["arguments"])
+                    runtime.append(tool_message(call, output))
+                await runtime.boundary()
+            record.stats, record.messages = runtime.stats, list(runtime.main.messages)
+        return record
+
+    async def _model_turn(self, runtime: LookaheadRuntime, agent: str, step: int, record: AgentRun, *, stream_tool: str | None = None) -> ChatResult:
+        started = time.perf_counter()
+        outcome = await runtime.commit() if runtime.policy.commit_mode == "replace" else None
+        messages = outcome.messages if outcome else list(runtime.main.messages)
+
+        async def on_delta(text: str, tool_name: str | None) -> None:
+            await runtime.stream_boundary(text, tool_name=tool_name or stream_tool)
+
+        streaming = runtime.policy.commit_mode == "spawn" and runtime.mode == "lookahead"
+        result = await self.llm.chat(
+            messages,
+            max_tokens=self.instruction_tokens if stream_tool else self.max_tokens,
+            tools=runtime.shape.tools,
+            on_delta=on_delta if streaming else None,
+            started_at=started,
+        )
+        commit = outcome.kind if outcome else CommitKind.NONE
+        self._record(record, agent, step, result, commit, runtime.main.tokens)
+        return result
+
+    async def _delegate(self, runtime: LookaheadRuntime, delegation: Delegation, step: int, record: AgentRun) -> None:
+        runtime.append({"role": "user", "content": delegation.prompt})
+        result = await self._model_turn(runtime, "main", step, record, stream_tool="delegate")
+        call = planned_tool_call(PlannedCall("delegate", {"instruction": result.message.get("content") or ""}), f"call_{step}")
+        runtime.append({"role": "assistant", "content": None, "tool_calls": [call]})
+        started = time.perf_counter()
+        outcome = await runtime.commit()
+        answer = await self._run_subagent(outcome.messages, delegation, step, started, outcome.kind, record)
+        runtime.append(tool_message(call, answer))
+        await runtime.boundary()
+
+    async def _run_subagent(self, context: list[Message], delegation: Delegation, step: int, started: float, commit: CommitKind, record: AgentRun) -> str:
+        messages = list(context)
+        for index, planned in enumerate([*delegation.subagent_calls, None]):
+            result = await self.llm.chat(messages, max_tokens=self.max_tokens, started_at=started)
+            self._record(record, "sub", step, result, commit if index == 0 else CommitKind.NONE, 0)
+            if planned is None:
+                return result.message.get("content") or ""
+            call = planned_tool_call(planned, f"sub_{step}_{index}")
+            messages += [{**result.message, "tool_calls": [call]}, tool_message(call, await self.tools.call(planned.name, planned.arguments))]
+            started = time.perf_counter()
+        return ""
+
+    @staticmethod
+    def _record(record: AgentRun, agent: str, step: int, result: ChatResult, commit: CommitKind, context_tokens: int) -> None:
+        record.turns.append(
+            TurnRecord(
+                agent=agent, step=step, ttft_s=result.ttft_s, commit=commit, context_tokens=context_tokens,
+                prompt_tokens=result.prompt_tokens, cached_tokens=result.cached_tokens,
+            )
+        )

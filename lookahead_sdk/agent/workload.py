@@ -1,0 +1,185 @@
+"""A seeded code-analysis workload like the paper's: each step reads ~600-650 tokens of real source.
+
+The corpus is the Python standard library of the running interpreter (real, offline source
+text). The workload plans which tool calls the agent makes, so a synchronous run and a lookahead
+run see exactly the same contexts and can be compared side by side; the model's own replies are
+real generations.
+"""
+
+from __future__ import annotations
+
+import random
+import sysconfig
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from lookahead_sdk.tokens import TokenCounter
+from lookahead_sdk.tools import Tool
+
+# Sizeable, stable, pure-Python stdlib modules.
+CORPUS_MODULES: tuple[str, ...] = (
+    "argparse.py", "ast.py", "calendar.py", "configparser.py", "csv.py", "dataclasses.py",
+    "difflib.py", "enum.py", "fractions.py", "functools.py", "gettext.py", "heapq.py",
+    "inspect.py", "ipaddress.py", "json/decoder.py", "json/encoder.py", "logging/__init__.py",
+    "mailbox.py", "pathlib.py", "pickle.py", "pprint.py", "shlex.py", "shutil.py", "statistics.py",
+    "string.py", "tarfile.py", "textwrap.py", "threading.py", "tokenize.py", "typing.py",
+    "urllib/parse.py", "uuid.py", "zipfile.py",
+)
+
+MAIN_SYSTEM_PROMPT = (
+    "You are a careful code-analysis agent. You read source files with tools, note what each "
+    "part does, spot risky code (error handling, concurrency, input validation) and keep "
+    "findings short. After each tool result, write one or two sentences of findings."
+)
+SUBAGENT_ROLE = (
+    "You are a focused code-review sub-agent. Another agent handed you one module. Read what "
+    "you need with read_source, then answer the instruction in at most three sentences. "
+    "Here is the context you were handed:\n\n"
+)
+DELEGATE_PROMPT = "Write a short instruction for a sub-agent that will review module {module}."
+
+
+def corpus_root() -> Path:
+    return Path(sysconfig.get_paths()["stdlib"])
+
+
+def read_source_tool(root: Path) -> Tool:
+    """A real file-reading tool confined to `root`."""
+
+    def read_source(path: str, start_line: int = 1, end_line: int | None = None) -> str:
+        target = (root / path).resolve()
+        if not target.is_relative_to(root.resolve()) or not target.is_file():
+            raise ValueError(f"no source file {path!r} under {root}")
+        lines = target.read_text(encoding="utf-8", errors="replace").splitlines()
+        end = len(lines) if end_line is None else min(end_line, len(lines))
+        body = "\n".join(f"{number:5d}  {lines[number - 1]}" for number in range(max(1, start_line), end + 1))
+        return f"# {path} lines {start_line}-{end}\n{body}"
+
+    return Tool(
+        name="read_source",
+        description="Read lines [start_line, end_line] of a source file, with line numbers.",
+        parameters={
+            "type": "object",
+            "properties": {
+                "path": {"type": "string", "description": "path relative to the source root"},
+                "start_line": {"type": "integer", "minimum": 1},
+                "end_line": {"type": "integer", "minimum": 1},
+            },
+            "required": ["path"],
+        },
+        function=read_source,
+    )
+
+
+def delegate_tool_schema() -> dict[str, Any]:
+    return {
+        "type": "function",
+        "function": {
+            "name": "delegate",
+            "description": "Hand a self-contained review task to a sub-agent with a fresh context.",
+            "parameters": {
+                "type": "object",
+                "properties": {"instruction": {"type": "string"}},
+                "required": ["instruction"],
+            },
+        },
+    }
+
+
+@dataclass(frozen=True)
+class PlannedCall:
+    name: str
+    arguments: dict[str, Any]
+
+
+@dataclass(frozen=True)
+class Delegation:
+    """The main agent writes an instruction (streamed), a sub-agent reviews `module`."""
+
+    module: str
+    prompt: str
+    handover: str
+    subagent_calls: tuple[PlannedCall, ...]
+
+
+Step = PlannedCall | Delegation
+
+
+@dataclass
+class CodeAnalysisWorkload:
+    seed: int
+    steps: int
+    token_counter: TokenCounter
+    tokens_per_output: tuple[int, int] = (600, 650)
+    handover_tokens: int = 700
+    root: Path = field(default_factory=corpus_root)
+
+    def __post_init__(self) -> None:
+        if self.steps < 1:
+            raise ValueError(f"steps must be >= 1, got {self.steps}")
+        low, high = self.tokens_per_output
+        if not 0 < low <= high:
+            raise ValueError(f"tokens_per_output must be (low, high) with 0 < low <= high, got {self.tokens_per_output}")
+        self.modules = [m for m in CORPUS_MODULES if (self.root / m).is_file()]
+        if len(self.modules) < 4:
+            raise FileNotFoundError(f"too few corpus modules under {self.root}; is this a full CPython install?")
+        self._lines: dict[str, list[str]] = {}
+
+    def task(self) -> str:
+        rng = random.Random(self.seed)
+        picked = rng.sample(self.modules, 3)
+        return f"Analyze these standard-library modules for risky code: {', '.join(picked)}. Read them chunk by chunk."
+
+    def read_plan(self) -> list[PlannedCall]:
+        """`steps` reads, each a line range whose text is ~600-650 tokens."""
+        rng = random.Random(self.seed)
+        return [self._chunk_call(rng) for _ in range(self.steps)]
+
+    def delegation_plan(self, reads_per_subagent: int = 1) -> list[Delegation]:
+        """`steps` delegations, each handing one module (with an outline) to a sub-agent."""
+        rng = random.Random(self.seed)
+        plan = []
+        for _ in range(self.steps):
+            module = rng.choice(self.modules)
+            calls = tuple(self._chunk_call(rng, module) for _ in range(reads_per_subagent))
+            plan.append(Delegation(module, DELEGATE_PROMPT.format(module=module), SUBAGENT_ROLE + self._outline(module), calls))
+        return plan
+
+    def _source_lines(self, module: str) -> list[str]:
+        if module not in self._lines:
+            self._lines[module] = (self.root / module).read_text(encoding="utf-8", errors="replace").splitlines()
+        return self._lines[module]
+
+    def _chunk_call(self, rng: random.Random, module: str | None = None) -> PlannedCall:
+        low, high = self.tokens_per_output
+        module = module or rng.choice(self.modules)
+        lines = self._source_lines(module)
+        start = rng.randrange(0, max(1, len(lines) - 200))
+        end, tokens = start, 0
+        while end < len(lines) and tokens < low:
+            line_tokens = self.token_counter.count_text(f"{end + 1:5d}  {lines[end]}\n")
+            if tokens + line_tokens > high and tokens > 0:
+                break
+            tokens += line_tokens
+            end += 1
+        return PlannedCall("read_source", {"path": module, "start_line": start + 1, "end_line": end})
+
+    def _outline(self, module: str) -> str:
+        """Docstring head, imports and signatures of a module, within `handover_tokens`."""
+        picked, tokens = [f"Module: {module}"], 0
+        for line in self._source_lines(module):
+            stripped = line.strip()
+            if not stripped.startswith(("def ", "class ", "import ", "from ", "async def ")):
+                continue
+            line_tokens = self.token_counter.count_text(line)
+            if tokens + line_tokens > self.handover_tokens:
+                break
+            picked.append(line.rstrip())
+            tokens += line_tokens
+        return "\n".join(picked)
+
+
+def workload_tools(workload: CodeAnalysisWorkload) -> Sequence[Tool]:
+    return (read_source_tool(workload.root),)

@@ -1,0 +1,278 @@
+"""Context policies: the four hooks the lookahead runtime drives, and their composition."""
+
+from __future__ import annotations
+
+import contextvars
+import functools
+import inspect
+from abc import ABC, abstractmethod
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, ClassVar, Literal, Protocol, TypeVar, runtime_checkable
+
+from lookahead_sdk.messages import Message
+from lookahead_sdk.tokens import TokenCounter, count_message
+
+if TYPE_CHECKING:
+    from lookahead_sdk.offload_store import OffloadStore
+    from lookahead_sdk.state import LookaheadState, MainState, PartialOutput
+
+# The papers' thresholds are stated for a 32K-token model; strategies express them as fractions
+# of this window so they scale to an 8K or a 128K model alike.
+PAPER_WINDOW_TOKENS = 32 * 1024
+
+Budget = int | float
+
+
+def resolve_budget(value: Budget, window_tokens: int, field_name: str) -> int:
+    """An int is tokens; a float in (0, 1] is a fraction of the model's context window."""
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise TypeError(f"{field_name} must be an int (tokens) or a float fraction of the window, got {value!r}")
+    if isinstance(value, float):
+        if not 0.0 < value <= 1.0:
+            raise ValueError(f"{field_name} as a fraction of the window must be in (0, 1], got {value}")
+        return int(value * window_tokens)
+    if value < 0:
+        raise ValueError(f"{field_name} must be >= 0 tokens, got {value}")
+    return value
+
+
+def check_budget(value: Budget, field_name: str) -> None:
+    resolve_budget(value, PAPER_WINDOW_TOKENS, field_name)
+
+
+@dataclass(frozen=True)
+class Completion:
+    text: str
+    prompt_tokens: int = 0
+    cached_tokens: int = 0
+    completion_tokens: int = 0
+
+
+@runtime_checkable
+class CompletionClient(Protocol):
+    """What a transform needs from an LLM (e.g. Summarize). Requests are tagged by the caller's
+    contextvar, so a lookahead's summary goes out best-effort and a fallback's latency-critical."""
+
+    async def complete(self, messages: Sequence[Message], *, max_tokens: int, temperature: float) -> Completion: ...
+
+
+@dataclass
+class TransformUsage:
+    llm_calls: int = 0
+    prompt_tokens: int = 0
+    cached_tokens: int = 0
+    completion_tokens: int = 0
+
+    @property
+    def uncached_prompt_tokens(self) -> int:
+        return self.prompt_tokens - self.cached_tokens
+
+
+@dataclass
+class TransformContext:
+    token_counter: TokenCounter
+    window_tokens: int
+    is_lookahead: bool
+    llm: CompletionClient | None = None
+    offload_store: OffloadStore | None = None
+    partial_output: PartialOutput | None = None
+    usage: TransformUsage = field(default_factory=TransformUsage)
+
+    def count(self, message: Message) -> int:
+        return count_message(self.token_counter, message)
+
+    def budget(self, value: Budget, field_name: str) -> int:
+        return resolve_budget(value, self.window_tokens, field_name)
+
+    async def complete(self, messages: Sequence[Message], *, max_tokens: int, temperature: float = 0.0) -> str:
+        if self.llm is None:
+            raise RuntimeError(
+                "this policy calls an LLM but the runtime has no `llm`; pass "
+                "LookaheadRuntime(..., llm=OpenAICompletionClient(client, model))"
+            )
+        completion = await self.llm.complete(messages, max_tokens=max_tokens, temperature=temperature)
+        self.usage.llm_calls += 1
+        self.usage.prompt_tokens += completion.prompt_tokens
+        self.usage.cached_tokens += completion.cached_tokens
+        self.usage.completion_tokens += completion.completion_tokens
+        return completion.text
+
+
+@dataclass(frozen=True)
+class TransformResult:
+    messages: list[Message]
+    data: dict[str, Any] = field(default_factory=dict)
+
+
+CommitMode = Literal["replace", "spawn"]
+
+
+class ContextPolicy(ABC):
+    """A context transform plus the hooks deciding when the runtime runs and commits it.
+
+    `commit_mode` "replace" swaps the main history for the committed context; "spawn" leaves the
+    main history alone and hands the committed context to a new agent (sub-agent isolation).
+    """
+
+    name: ClassVar[str] = "policy"
+    commit_mode: ClassVar[CommitMode] = "replace"
+
+    def validate(self, window_tokens: int) -> None:
+        """Raise ValueError naming the field when the settings cannot work for this window."""
+
+    def should_lookahead(self, main: MainState, lookahead: LookaheadState) -> bool:
+        return False
+
+    @abstractmethod
+    async def transform(self, messages: Sequence[Message], ctx: TransformContext) -> TransformResult: ...
+
+    @abstractmethod
+    def should_commit(self, main: MainState, lookahead: LookaheadState) -> bool: ...
+
+    def should_promote(self, main: MainState, lookahead: LookaheadState) -> bool:
+        """At commit time with the lookahead still running: True waits for it at LC priority,
+        False abandons it for the synchronous transform."""
+        return True
+
+    def tokens_until_commit(self, main: MainState) -> int | None:
+        """How far the history is from the commit trigger, if the policy knows (for deadlines)."""
+        return None
+
+    def assemble(self, result: TransformResult, suffix: Sequence[Message]) -> list[Message]:
+        """The committed context from a lookahead result and the messages that arrived since."""
+        return [*result.messages, *suffix]
+
+    def __or__(self, other: ContextPolicy) -> Pipeline:
+        return Pipeline(self, other)
+
+
+class Pipeline(ContextPolicy):
+    """Policies applied in order (e.g. Offload() | Summarize()): any stage's trigger fires the
+    whole pipeline; its transform feeds each stage's output to the next."""
+
+    name = "pipeline"
+
+    def __init__(self, *stages: ContextPolicy) -> None:
+        flat: list[ContextPolicy] = []
+        for stage in stages:
+            if not isinstance(stage, ContextPolicy):
+                raise TypeError(f"Pipeline stages must be ContextPolicy instances, got {type(stage).__name__}")
+            flat.extend(stage.stages if isinstance(stage, Pipeline) else (stage,))
+        if not flat:
+            raise ValueError("Pipeline needs at least one stage")
+        if any(stage.commit_mode != "replace" for stage in flat) and len(flat) > 1:
+            raise ValueError("a spawning policy (Isolate) cannot be composed in a Pipeline; run it on its own runtime")
+        self.stages = tuple(flat)
+        self.name = "+".join(stage.name for stage in flat)
+
+    def validate(self, window_tokens: int) -> None:
+        for stage in self.stages:
+            stage.validate(window_tokens)
+
+    def should_lookahead(self, main: MainState, lookahead: LookaheadState) -> bool:
+        return any(stage.should_lookahead(main, lookahead) for stage in self.stages)
+
+    async def transform(self, messages: Sequence[Message], ctx: TransformContext) -> TransformResult:
+        current = list(messages)
+        data: dict[str, Any] = {}
+        for stage in self.stages:
+            result = await stage.transform(current, ctx)
+            current = result.messages
+            data[stage.name] = result.data
+        return TransformResult(current, data)
+
+    def should_commit(self, main: MainState, lookahead: LookaheadState) -> bool:
+        return any(stage.should_commit(main, lookahead) for stage in self.stages)
+
+    def should_promote(self, main: MainState, lookahead: LookaheadState) -> bool:
+        return all(stage.should_promote(main, lookahead) for stage in self.stages)
+
+    def tokens_until_commit(self, main: MainState) -> int | None:
+        distances = [d for stage in self.stages if (d := stage.tokens_until_commit(main)) is not None]
+        return min(distances, default=None)
+
+    def __repr__(self) -> str:
+        return f"Pipeline({', '.join(map(repr, self.stages))})"
+
+
+# -- swapping the policy of an agent in one line ---------------------------------------------
+
+_active_policy: contextvars.ContextVar[ContextPolicy | None] = contextvars.ContextVar(
+    "lookahead_sdk_active_policy", default=None
+)
+
+
+def active_policy() -> ContextPolicy | None:
+    """The policy set by an enclosing `@context_policy(...)`-decorated function, if any."""
+    return _active_policy.get()
+
+
+@runtime_checkable
+class PolicySwappable(Protocol):
+    """Agents and framework adapters that accept `@context_policy`: return a copy using `policy`."""
+
+    def with_context_policy(self, policy: ContextPolicy) -> Any: ...
+
+
+T = TypeVar("T")
+
+
+def context_policy(policy: ContextPolicy) -> Callable[[T], T]:
+    """Swap the context policy of an agent in one line.
+
+        @context_policy(Summarize())          # on an agent function: runtimes created inside use it
+        async def run(task): ...
+
+        agent = context_policy(Offload())(agent)   # on an agent / middleware / model context object
+
+        @context_policy(KeepRecent())         # on a class: its instances default to this policy
+        class MyAgent(ReferenceAgent): ...
+    """
+    if not isinstance(policy, ContextPolicy):
+        raise TypeError(
+            f"context_policy() takes a ContextPolicy such as Summarize() or Offload() | Summarize(), "
+            f"got {type(policy).__name__}"
+        )
+
+    def apply(target: T) -> T:
+        if isinstance(target, type):
+            target.default_context_policy = policy  # type: ignore[attr-defined]
+            return target
+        if isinstance(target, PolicySwappable):
+            return target.with_context_policy(policy)
+        if inspect.iscoroutinefunction(target):
+
+            @functools.wraps(target)
+            async def async_wrapper(*args: Any, **kwargs: Any) -> Any:
+                token = _active_policy.set(policy)
+                try:
+                    return await target(*args, **kwargs)
+                finally:
+                    _active_policy.reset(token)
+
+            return async_wrapper  # type: ignore[return-value]
+        if callable(target):
+
+            @functools.wraps(target)
+            def sync_wrapper(*args: Any, **kwargs: Any) -> Any:
+                token = _active_policy.set(policy)
+                try:
+                    return target(*args, **kwargs)
+                finally:
+                    _active_policy.reset(token)
+
+            return sync_wrapper  # type: ignore[return-value]
+        raise TypeError(
+            f"@context_policy applies to an agent function, a class, or an object with "
+            f"with_context_policy(); got {type(target).__name__}"
+        )
+
+    return apply
+
+
+def resolve_policy(explicit: ContextPolicy | None, owner: object = None) -> ContextPolicy | None:
+    """Explicit argument, else an enclosing decorated function's, else the owner class default."""
+    if explicit is not None:
+        return explicit
+    return active_policy() or getattr(owner, "default_context_policy", None)

@@ -1,0 +1,244 @@
+"""The two states of a program: the live conversation and its background lookahead copy."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from enum import StrEnum
+from typing import Any
+
+from lookahead_sdk.messages import (
+    Message,
+    chain_digest,
+    copy_message,
+    message_digest,
+    validate_message,
+)
+from lookahead_sdk.tokens import TokenCounter, auto_token_counter, count_message
+
+EMPTY_SIGNATURE = b"\x00" * 16
+
+
+@dataclass(frozen=True)
+class PartialOutput:
+    """Assistant output still streaming; tool_name is set while it writes that tool's arguments."""
+
+    text: str
+    tool_name: str | None = None
+
+
+@dataclass(frozen=True)
+class Snapshot:
+    """An immutable view of MainState[:end] taken at a segment boundary."""
+
+    messages: tuple[Message, ...]
+    end: int
+    signature: bytes
+    version: int
+    tokens: int
+    partial_output: PartialOutput | None = None
+
+
+class MainState:
+    """The live messages of one agent, with incrementally maintained bookkeeping.
+
+    Appending costs O(new messages): each message is copied, counted and hashed once; prefix
+    signatures and token prefix sums are extended, never recomputed. An edit in the middle
+    recomputes only from the edited index on.
+    """
+
+    def __init__(
+        self,
+        messages: Iterable[Message] = (),
+        *,
+        window_tokens: int = 8192,
+        token_counter: TokenCounter | None = None,
+    ) -> None:
+        if not isinstance(window_tokens, int) or window_tokens <= 0:
+            raise ValueError(f"window_tokens must be a positive int (the model's context), got {window_tokens!r}")
+        self.window_tokens = window_tokens
+        self.token_counter = token_counter or auto_token_counter()
+        self._messages: list[Message] = []
+        self._message_tokens: list[int] = []
+        self._token_prefix: list[int] = [0]
+        self._signatures: list[bytes] = [EMPTY_SIGNATURE]
+        self._view: tuple[Message, ...] | None = ()
+        self.version = 0
+        self.turn = 0
+        self.partial_output: PartialOutput | None = None
+        # Smoothed tokens added per assistant turn: lets policies trigger a few turns ahead.
+        self.tokens_per_turn: float | None = None
+        self._tokens_at_last_turn: int | None = None
+        self._append(messages, count_turns=True)
+
+    # -- reading -----------------------------------------------------------------------------
+    @property
+    def messages(self) -> tuple[Message, ...]:
+        if self._view is None:
+            self._view = tuple(self._messages)
+        return self._view
+
+    def __len__(self) -> int:
+        return len(self._messages)
+
+    @property
+    def tokens(self) -> int:
+        return self._token_prefix[-1]
+
+    def tokens_between(self, start: int, end: int | None = None) -> int:
+        end = len(self._messages) if end is None else end
+        return self._token_prefix[end] - self._token_prefix[start]
+
+    def message_tokens(self, index: int) -> int:
+        return self._message_tokens[index]
+
+    def prefix_signature(self, end: int) -> bytes | None:
+        """Signature of messages[:end], or None when the history is shorter than end."""
+        if end < 0 or end >= len(self._signatures):
+            return None
+        return self._signatures[end]
+
+    def snapshot(self, end: int | None = None) -> Snapshot:
+        end = len(self._messages) if end is None else end
+        return Snapshot(
+            messages=tuple(self._messages[:end]),
+            end=end,
+            signature=self._signatures[end],
+            version=self.version,
+            tokens=self._token_prefix[end],
+            partial_output=self.partial_output if end == len(self._messages) else None,
+        )
+
+    # -- editing -----------------------------------------------------------------------------
+    def append(self, *messages: Message) -> None:
+        self._append(messages, count_turns=True)
+
+    def _append(self, messages: Iterable[Message], *, count_turns: bool) -> None:
+        appended = False
+        for message in messages:
+            appended = True
+            index = len(self._messages)
+            copied = copy_message(validate_message(message, index))
+            tokens = count_message(self.token_counter, copied)
+            self._messages.append(copied)
+            self._message_tokens.append(tokens)
+            self._token_prefix.append(self._token_prefix[-1] + tokens)
+            self._signatures.append(chain_digest(self._signatures[-1], message_digest(copied)))
+            if copied["role"] == "assistant":
+                self.partial_output = None
+                if count_turns:
+                    self.turn += 1
+                    self._observe_turn_growth()
+        if appended:
+            self._touch()
+
+    def _observe_turn_growth(self) -> None:
+        tokens, previous = self.tokens, self._tokens_at_last_turn
+        self._tokens_at_last_turn = tokens
+        if previous is None or tokens <= previous:
+            return
+        growth = tokens - previous
+        smoothed = self.tokens_per_turn
+        self.tokens_per_turn = growth if smoothed is None else smoothed + 0.3 * (growth - smoothed)
+
+    def set_partial_output(self, partial: PartialOutput | None) -> None:
+        """The assistant output streaming right now (e.g. a delegation instruction being written)."""
+        if partial is not None and not isinstance(partial, PartialOutput):
+            raise TypeError(f"partial output must be a PartialOutput or None, got {type(partial).__name__}")
+        self.partial_output = partial
+        self.version += 1
+
+    def replace(self, messages: Sequence[Message]) -> None:
+        """Swap the whole history (a commit). Turn count is kept: turns are agent progress."""
+        self.truncate(0)
+        self._append(messages, count_turns=False)
+        self._tokens_at_last_turn = self.tokens
+
+    def truncate(self, end: int) -> None:
+        if not 0 <= end <= len(self._messages):
+            raise ValueError(f"truncate end must be within [0, {len(self._messages)}], got {end}")
+        del self._messages[end:]
+        del self._message_tokens[end:]
+        del self._token_prefix[end + 1 :]
+        del self._signatures[end + 1 :]
+        self._touch()
+        self._tokens_at_last_turn = None
+
+    def edit(self, index: int, message: Message) -> None:
+        """Replace one message; signatures of every prefix that includes it change."""
+        if not 0 <= index < len(self._messages):
+            raise IndexError(f"edit index {index} out of range for {len(self._messages)} messages")
+        tail = [message, *self._messages[index + 1 :]]
+        self.truncate(index)
+        self._append(tail, count_turns=False)
+
+    def _touch(self) -> None:
+        self.version += 1
+        self._view = None
+
+
+class LookaheadStatus(StrEnum):
+    IDLE = "idle"
+    RUNNING = "running"
+    READY = "ready"
+    FAILED = "failed"
+    STALE = "stale"
+
+
+@dataclass
+class LookaheadTimings:
+    started_at: float | None = None
+    transform_done_at: float | None = None
+    warmed_at: float | None = None
+
+    @property
+    def transform_s(self) -> float | None:
+        if self.started_at is None or self.transform_done_at is None:
+            return None
+        return self.transform_done_at - self.started_at
+
+
+@dataclass
+class LookaheadState:
+    """The background copy: a transform of MainState[:last_segment_end] and its provenance."""
+
+    status: LookaheadStatus = LookaheadStatus.IDLE
+    messages: tuple[Message, ...] | None = None
+    last_segment_end: int = 0
+    covered_signature: bytes = EMPTY_SIGNATURE
+    covered_version: int = -1
+    covered_partial: PartialOutput | None = None
+    group_id: str | None = None
+    strategy_data: dict[str, Any] = field(default_factory=dict)
+    timings: LookaheadTimings = field(default_factory=LookaheadTimings)
+    error: BaseException | None = None
+    # How far the pre-materialized (warmed) sequence reaches into MainState: result + main[end:warmed_end].
+    warmed_end: int | None = None
+    promoted: bool = False
+
+    def start(self, snapshot: Snapshot, group_id: str) -> None:
+        self.status = LookaheadStatus.RUNNING
+        self.messages = None
+        self.last_segment_end = snapshot.end
+        self.covered_signature = snapshot.signature
+        self.covered_version = snapshot.version
+        self.covered_partial = snapshot.partial_output
+        self.group_id = group_id
+        self.strategy_data = {}
+        self.timings = LookaheadTimings(started_at=time.monotonic())
+        self.error = None
+        self.warmed_end = None
+        self.promoted = False
+
+    def covers(self, main: MainState) -> bool:
+        """The covered prefix is still exactly the start of the live history."""
+        return main.prefix_signature(self.last_segment_end) == self.covered_signature
+
+    def reset(self) -> None:
+        self.status = LookaheadStatus.IDLE
+        self.messages = None
+        self.error = None
+        self.warmed_end = None
+        self.promoted = False
+        self.strategy_data = {}

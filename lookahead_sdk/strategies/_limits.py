@@ -1,0 +1,72 @@
+"""Token-limit triggers shared by the strategies that rewrite the history in place."""
+
+from __future__ import annotations
+
+from lookahead_sdk.policy import Budget, ContextPolicy, resolve_budget
+from lookahead_sdk.state import LookaheadState, LookaheadStatus, MainState
+
+# Paper defaults, as fractions of a 32K window (15K hard limit, 11K soft trigger).
+HARD_LIMIT = 15 / 32
+SOFT_LIMIT = 11 / 32
+
+IDLE_STATES = (LookaheadStatus.IDLE, LookaheadStatus.FAILED, LookaheadStatus.STALE)
+
+
+class LimitTriggered(ContextPolicy):
+    """Commit at `hard_limit`; start the lookahead at `lookahead_at`, or, when that is None,
+    `lead_turns` turns ahead of the hard limit at the history's measured growth per turn."""
+
+    hard_limit: Budget
+    lookahead_at: Budget | None
+    lead_turns: float
+
+    def _check_limits(self) -> None:
+        resolve_budget(self.hard_limit, 32768, "hard_limit")
+        if self.lookahead_at is not None:
+            resolve_budget(self.lookahead_at, 32768, "lookahead_at")
+            if type(self.lookahead_at) is type(self.hard_limit) and self.lookahead_at >= self.hard_limit:
+                raise ValueError(
+                    f"lookahead_at ({self.lookahead_at}) must be below hard_limit ({self.hard_limit}): "
+                    "the soft trigger has to fire before the commit"
+                )
+        if self.lead_turns <= 0:
+            raise ValueError(f"lead_turns must be positive, got {self.lead_turns}")
+
+    def validate(self, window_tokens: int) -> None:
+        hard = self.hard_tokens_for(window_tokens)
+        if hard > window_tokens:
+            raise ValueError(f"hard_limit resolves to {hard} tokens, above the model's {window_tokens}-token window")
+        if self.lookahead_at is not None:
+            soft = resolve_budget(self.lookahead_at, window_tokens, "lookahead_at")
+            if soft >= hard:
+                raise ValueError(
+                    f"lookahead_at resolves to {soft} tokens, not below hard_limit's {hard} for a "
+                    f"{window_tokens}-token window: lower lookahead_at or raise hard_limit"
+                )
+
+    def hard_tokens_for(self, window_tokens: int) -> int:
+        return resolve_budget(self.hard_limit, window_tokens, "hard_limit")
+
+    def hard_tokens(self, main: MainState) -> int:
+        return self.hard_tokens_for(main.window_tokens)
+
+    def soft_tokens(self, main: MainState) -> int:
+        hard = self.hard_tokens(main)
+        if self.lookahead_at is not None:
+            soft = resolve_budget(self.lookahead_at, main.window_tokens, "lookahead_at")
+            if soft >= hard:
+                raise ValueError(f"lookahead_at resolves to {soft} tokens, not below hard_limit's {hard}")
+            return soft
+        growth = main.tokens_per_turn
+        if growth is None:
+            return int(hard * SOFT_LIMIT / HARD_LIMIT)
+        return max(0, hard - int(self.lead_turns * growth))
+
+    def should_lookahead(self, main: MainState, lookahead: LookaheadState) -> bool:
+        return lookahead.status in IDLE_STATES and main.tokens >= self.soft_tokens(main)
+
+    def should_commit(self, main: MainState, lookahead: LookaheadState) -> bool:
+        return main.tokens >= self.hard_tokens(main)
+
+    def tokens_until_commit(self, main: MainState) -> int | None:
+        return max(0, self.hard_tokens(main) - main.tokens)

@@ -1,0 +1,77 @@
+"""KeepRecent: the system prompt (and task) plus the most recent turns within a token budget."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from lookahead_sdk.messages import Message, atomic_groups, leading_system_count
+from lookahead_sdk.policy import Budget, TransformContext, TransformResult, check_budget, resolve_budget
+from lookahead_sdk.strategies._limits import HARD_LIMIT, LimitTriggered
+
+
+def recent_groups_start(
+    messages: Sequence[Message],
+    head: int,
+    budget_tokens: int,
+    ctx: TransformContext,
+    *,
+    max_turns: int | None = None,
+) -> int:
+    """Index where the kept recent suffix begins: whole tool-call groups, newest first, while they
+    fit `budget_tokens` (and `max_turns` assistant turns). The newest group is always kept."""
+    groups = atomic_groups(messages, head)
+    start = len(messages)
+    used = turns = 0
+    for begin, end in reversed(groups):
+        tokens = sum(ctx.count(messages[i]) for i in range(begin, end))
+        group_turns = sum(messages[i].get("role") == "assistant" for i in range(begin, end))
+        over_tokens = used + tokens > budget_tokens
+        over_turns = max_turns is not None and turns + group_turns > max_turns
+        if start < len(messages) and (over_tokens or over_turns):
+            break
+        start, used, turns = begin, used + tokens, turns + group_turns
+    return start
+
+
+@dataclass
+class KeepRecent(LimitTriggered):
+    """Keep-recent-K / sliding window. `budget` bounds the whole kept context (paper: 10K of 32K);
+    `max_turns` optionally bounds it in assistant turns; the first user message (the task) is
+    kept when `keep_task` is set, since an agent that forgets its task is useless."""
+
+    budget: Budget = 10 / 32
+    max_turns: int | None = None
+    keep_task: bool = True
+    hard_limit: Budget = HARD_LIMIT
+    lookahead_at: Budget | None = None
+    lead_turns: float = 2.0
+
+    name = "keep_recent"
+
+    def __post_init__(self) -> None:
+        self._check_limits()
+        check_budget(self.budget, "budget")
+        if self.max_turns is not None and (not isinstance(self.max_turns, int) or self.max_turns < 1):
+            raise ValueError(f"max_turns must be a positive int or None, got {self.max_turns!r}")
+        if type(self.budget) is type(self.hard_limit) and self.budget >= self.hard_limit:
+            raise ValueError(f"budget ({self.budget}) must be below hard_limit ({self.hard_limit}), or the window never shrinks")
+
+    def validate(self, window_tokens: int) -> None:
+        super().validate(window_tokens)
+        budget = resolve_budget(self.budget, window_tokens, "budget")
+        if budget >= self.hard_tokens_for(window_tokens):
+            raise ValueError(f"budget resolves to {budget} tokens, not below hard_limit: the window would never shrink")
+
+    async def transform(self, messages: Sequence[Message], ctx: TransformContext) -> TransformResult:
+        head = leading_system_count(messages)
+        kept_head = list(messages[:head])
+        task_index = next((i for i in range(head, len(messages)) if messages[i].get("role") == "user"), None)
+        if self.keep_task and task_index is not None and task_index == head:
+            kept_head.append(messages[task_index])
+            head += 1
+        head_tokens = sum(ctx.count(message) for message in kept_head)
+        budget = max(0, ctx.budget(self.budget, "budget") - head_tokens)
+        start = recent_groups_start(messages, head, budget, ctx, max_turns=self.max_turns)
+        dropped = start - head
+        return TransformResult([*kept_head, *messages[start:]], {"dropped_messages": dropped})

@@ -1,0 +1,94 @@
+"""Offload: big tool outputs go to a file store, replaced by a placeholder that says how to read them back."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from lookahead_sdk.messages import Message, with_content
+from lookahead_sdk.offload_store import OffloadStore
+from lookahead_sdk.policy import Budget, TransformContext, TransformResult, check_budget
+from lookahead_sdk.strategies._limits import HARD_LIMIT, LimitTriggered
+from lookahead_sdk.tools import Tool
+
+PLACEHOLDER_PREFIX = "[offloaded tool output"
+PREVIEW_CHARS = 160
+READ_BACK_TOOL = "read_offloaded"
+
+
+def placeholder(key: str, tokens: int, text: str) -> str:
+    preview = " ".join(text[:PREVIEW_CHARS].split())
+    return (
+        f'{PLACEHOLDER_PREFIX}: {tokens} tokens, {len(text)} chars; read it back with '
+        f'{READ_BACK_TOOL}(key="{key}")] {preview}...'
+    )
+
+
+@dataclass
+class Offload(LimitTriggered):
+    """Tool outputs of at least `threshold` tokens, except the newest, move to `store`.
+
+    Defaults are the paper's (1024-token outputs, 15K commit) scaled from a 32K window.
+    """
+
+    threshold: Budget = 1 / 32
+    hard_limit: Budget = HARD_LIMIT
+    lookahead_at: Budget | None = None
+    lead_turns: float = 2.0
+    store: OffloadStore | None = None
+
+    name = "offload"
+
+    def __post_init__(self) -> None:
+        self._check_limits()
+        check_budget(self.threshold, "threshold")
+        if self.store is not None and not isinstance(self.store, OffloadStore):
+            raise TypeError(f"store must be an OffloadStore, got {type(self.store).__name__}")
+
+    async def transform(self, messages: Sequence[Message], ctx: TransformContext) -> TransformResult:
+        store = self.store or ctx.offload_store
+        if store is None:
+            raise ValueError("Offload needs a store: Offload(store=OffloadStore(path)) or LookaheadRuntime(offload_store=...)")
+        threshold = ctx.budget(self.threshold, "threshold")
+        newest_tool = max((i for i, m in enumerate(messages) if m.get("role") == "tool"), default=-1)
+        result: list[Message] = []
+        offloaded: list[str] = []
+        for index, message in enumerate(messages):
+            content = message.get("content")
+            if (
+                message.get("role") == "tool"
+                and index != newest_tool
+                and isinstance(content, str)
+                and not content.startswith(PLACEHOLDER_PREFIX)
+                and (tokens := ctx.count(message)) >= threshold
+            ):
+                ref = store.put(content)
+                offloaded.append(ref.key)
+                message = with_content(message, placeholder(ref.key, tokens, content))
+            result.append(message)
+        return TransformResult(result, {"offloaded": offloaded})
+
+
+def read_offloaded_tool(store: OffloadStore, *, max_chars: int = 4000) -> Tool:
+    """The read-back tool an agent gets alongside Offload: nothing offloaded is out of reach."""
+
+    def read_offloaded(key: str, offset: int = 0) -> str:
+        text = store.read(key, offset=offset, max_chars=max_chars)
+        total = len(store.get(key))
+        end = offset + len(text)
+        more = f"\n[... {total - end} more chars: call again with offset={end}]" if end < total else ""
+        return text + more
+
+    return Tool(
+        name=READ_BACK_TOOL,
+        description="Read back a tool output that was offloaded from the context, by its key.",
+        parameters={
+            "type": "object",
+            "properties": {
+                "key": {"type": "string", "description": "the 64-hex key from the placeholder"},
+                "offset": {"type": "integer", "minimum": 0, "default": 0},
+            },
+            "required": ["key"],
+        },
+        function=read_offloaded,
+    )

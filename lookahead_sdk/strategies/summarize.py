@@ -1,0 +1,65 @@
+"""Summarize: an LLM summary of the completed history replaces it; recent turns stay verbatim."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from lookahead_sdk.messages import Message, leading_system_count
+from lookahead_sdk.policy import Budget, TransformContext, TransformResult, check_budget, resolve_budget
+from lookahead_sdk.strategies._limits import HARD_LIMIT, SOFT_LIMIT, LimitTriggered
+from lookahead_sdk.strategies.keep_recent import recent_groups_start
+
+SUMMARY_PREFIX = "[Summary of the earlier conversation]\n"
+DEFAULT_INSTRUCTION = (
+    "Summarize the conversation above for your own later use: the task, what has been done, "
+    "key findings (files, functions, problems found) and what remains. Be concise and factual."
+)
+
+
+@dataclass
+class Summarize(LimitTriggered):
+    """Soft trigger starts the summary in the background; hard trigger commits
+    [system, summary, recent suffix within `recent_budget`]. Paper defaults: 11K / 15K / 4K of a
+    32K window, 128-token summary at temperature 0.
+
+    The summary request is the history itself followed by the instruction, so the server reuses
+    the cached prefix instead of prefilling the history again.
+    """
+
+    lookahead_at: Budget | None = SOFT_LIMIT
+    hard_limit: Budget = HARD_LIMIT
+    recent_budget: Budget = 4 / 32
+    summary_tokens: int = 128
+    instruction: str = DEFAULT_INSTRUCTION
+    lead_turns: float = 2.0
+
+    name = "summarize"
+
+    def __post_init__(self) -> None:
+        self._check_limits()
+        check_budget(self.recent_budget, "recent_budget")
+        if not isinstance(self.summary_tokens, int) or self.summary_tokens < 1:
+            raise ValueError(f"summary_tokens must be a positive int, got {self.summary_tokens!r}")
+        if not self.instruction.strip():
+            raise ValueError("instruction must be a non-empty summarization prompt")
+
+    def validate(self, window_tokens: int) -> None:
+        super().validate(window_tokens)
+        recent = resolve_budget(self.recent_budget, window_tokens, "recent_budget")
+        if recent >= self.hard_tokens_for(window_tokens):
+            raise ValueError(f"recent_budget resolves to {recent} tokens, not below hard_limit: nothing would be summarized")
+
+    async def transform(self, messages: Sequence[Message], ctx: TransformContext) -> TransformResult:
+        head = leading_system_count(messages)
+        recent_start = recent_groups_start(messages, head, ctx.budget(self.recent_budget, "recent_budget"), ctx)
+        history = list(messages[head:recent_start])
+        if not history:
+            return TransformResult(list(messages), {"summarized_messages": 0})
+        request = [*messages[:recent_start], {"role": "user", "content": self.instruction}]
+        summary = await ctx.complete(request, max_tokens=self.summary_tokens, temperature=0.0)
+        summary_message: Message = {"role": "user", "content": SUMMARY_PREFIX + summary.strip()}
+        return TransformResult(
+            [*messages[:head], summary_message, *messages[recent_start:]],
+            {"summarized_messages": len(history), "summary": summary},
+        )

@@ -1,0 +1,170 @@
+"""KV pre-materialization: prefill a transformed prefix on the server before the commit needs it.
+
+A warm-up only helps if the server caches exactly the tokens the commit request will produce, so
+each warmer renders messages the way that server's chat endpoint does:
+- `OpenAIWarmer`: any OpenAI-compatible server; the real chat request with max_tokens=1.
+- `LlamaCppWarmer`: llama.cpp `llama-server`; `/apply-template` renders with the server's own
+  template, `/completion` with n_predict=0 and cache_prompt=true prefills without generating.
+- `SGLangWarmer`: SGLang native `/generate` with max_new_tokens=0 on the exact token ids (chat
+  `max_tokens=0` means unbounded there, so it is never used).
+Warm-ups go out with the caller's contextvar tags (best-effort lookahead tags inside the runtime).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any, Protocol, runtime_checkable
+
+import httpx
+
+from lookahead_sdk.messages import Message
+from lookahead_sdk.transport import WireFormat, tagged_async_http_client
+
+# Marks the end of an open (still being written) last message, to cut the rendering right there.
+OPEN_MESSAGE_SENTINEL = "\u2063LOOKAHEAD-OPEN\u2063"
+
+
+@dataclass(frozen=True)
+class RequestShape:
+    """Everything besides messages that changes how a chat request renders (tools do)."""
+
+    model: str = "default"
+    tools: tuple[dict[str, Any], ...] | None = None
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    def chat_fields(self) -> dict[str, Any]:
+        fields: dict[str, Any] = {"model": self.model, **self.extra}
+        if self.tools:
+            fields["tools"] = list(self.tools)
+        return fields
+
+
+@dataclass(frozen=True)
+class WarmupResult:
+    prompt_tokens: int
+    cached_tokens: int
+    seconds: float
+
+    @property
+    def prefilled_tokens(self) -> int:
+        return max(0, self.prompt_tokens - self.cached_tokens)
+
+
+@runtime_checkable
+class Warmer(Protocol):
+    async def warm(self, messages: Sequence[Message], *, shape: RequestShape, open_last: bool = False) -> WarmupResult:
+        """Prefill `messages`; with open_last, stop right after the last message's content, so a
+        longer version of that message still hits the cache (progressive prefill)."""
+        ...
+
+    async def promote(self, group_id: str) -> None:
+        """Raise the priority of a lookahead group's in-flight work (where the server supports it)."""
+        ...
+
+    async def aclose(self) -> None: ...
+
+
+class _HttpWarmer:
+    wire: WireFormat = "openai"
+
+    def __init__(self, base_url: str, *, timeout_s: float = 300.0, api_key: str | None = None) -> None:
+        self.server_url = base_url.rstrip("/").removesuffix("/v1")
+        headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
+        self._client = tagged_async_http_client(wire=self.wire, timeout=timeout_s, headers=headers)
+
+    async def promote(self, group_id: str) -> None:
+        return None
+
+    async def aclose(self) -> None:
+        await self._client.aclose()
+
+    async def _post(self, path: str, body: dict[str, Any]) -> dict[str, Any]:
+        response = await self._client.post(f"{self.server_url}{path}", json=body)
+        response.raise_for_status()
+        return response.json()
+
+
+class OpenAIWarmer(_HttpWarmer):
+    async def warm(self, messages: Sequence[Message], *, shape: RequestShape, open_last: bool = False) -> WarmupResult:
+        started = time.perf_counter()
+        body = {**shape.chat_fields(), "messages": list(messages), "max_tokens": 1, "temperature": 0}
+        usage = (await self._post("/v1/chat/completions", body)).get("usage") or {}
+        details = usage.get("prompt_tokens_details") or {}
+        return WarmupResult(
+            prompt_tokens=int(usage.get("prompt_tokens", 0)),
+            cached_tokens=int(details.get("cached_tokens") or 0),
+            seconds=time.perf_counter() - started,
+        )
+
+
+class LlamaCppWarmer(_HttpWarmer):
+    async def render(self, messages: Sequence[Message], shape: RequestShape, *, open_last: bool = False) -> str:
+        if not open_last or not messages:
+            return await self._apply_template(messages, shape)
+        *head, last = messages
+        marked = {**last, "content": f"{last.get('content') or ''}{OPEN_MESSAGE_SENTINEL}"}
+        rendered = await self._apply_template([*head, marked], shape)
+        cut = rendered.rfind(OPEN_MESSAGE_SENTINEL)
+        if cut < 0:
+            raise ValueError("the chat template dropped the open message's content; cannot render it open")
+        return rendered[:cut]
+
+    async def _apply_template(self, messages: Sequence[Message], shape: RequestShape) -> str:
+        body = {**shape.chat_fields(), "messages": list(messages)}
+        return (await self._post("/apply-template", body))["prompt"]
+
+    async def warm(self, messages: Sequence[Message], *, shape: RequestShape, open_last: bool = False) -> WarmupResult:
+        started = time.perf_counter()
+        prompt = await self.render(messages, shape, open_last=open_last)
+        body = {"prompt": prompt, "n_predict": 0, "cache_prompt": True, "temperature": 0}
+        timings = (await self._post("/completion", body)).get("timings") or {}
+        prefilled = int(timings.get("prompt_n", 0))
+        cached = int(timings.get("cache_n", 0))
+        return WarmupResult(prompt_tokens=prefilled + cached, cached_tokens=cached, seconds=time.perf_counter() - started)
+
+
+class SGLangWarmer(_HttpWarmer):
+    wire = "sglang"
+
+    async def token_ids(self, messages: Sequence[Message], shape: RequestShape) -> list[int]:
+        body = {**shape.chat_fields(), "messages": list(messages)}
+        reply = await self._post("/tokenize", body)
+        ids = reply.get("tokens", reply.get("input_ids"))
+        if not isinstance(ids, list):
+            raise ValueError(f"{self.server_url}/tokenize answered without token ids: {reply!r}")
+        return ids
+
+    async def warm(self, messages: Sequence[Message], *, shape: RequestShape, open_last: bool = False) -> WarmupResult:
+        started = time.perf_counter()
+        input_ids = await self.token_ids(messages, shape)
+        body = {"input_ids": input_ids, "sampling_params": {"max_new_tokens": 0, "temperature": 0}}
+        meta = (await self._post("/generate", body)).get("meta_info") or {}
+        return WarmupResult(
+            prompt_tokens=int(meta.get("prompt_tokens", len(input_ids))),
+            cached_tokens=int(meta.get("cached_tokens", 0)),
+            seconds=time.perf_counter() - started,
+        )
+
+    async def promote(self, group_id: str) -> None:
+        try:
+            await self._post("/lookahead/promote", {"lookahead_group_id": group_id})
+        except httpx.HTTPStatusError as error:
+            if error.response.status_code != 404:
+                raise
+
+
+WARMERS: dict[str, type[_HttpWarmer]] = {
+    "openai": OpenAIWarmer,
+    "llamacpp": LlamaCppWarmer,
+    "sglang": SGLangWarmer,
+}
+
+
+def make_warmer(kind: str, base_url: str, **kwargs: Any) -> Warmer:
+    try:
+        warmer_class = WARMERS[kind]
+    except KeyError:
+        raise ValueError(f"warmer must be one of {sorted(WARMERS)}, got {kind!r}") from None
+    return warmer_class(base_url, **kwargs)  # type: ignore[return-value]

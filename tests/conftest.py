@@ -1,0 +1,12 @@
+"""Shared fixtures. The embedded engine fixture starts one real llama-server per test session."""
+
+from __future__ import annotations
+
+import pytest
+
+from lookahead_sdk.tokens import ApproxTokenCounter, CachedTokenCounter
+
+
+@pytest.fixture
+def approx_counter() -> CachedTokenCounter:
+    return CachedTokenCounter(ApproxTokenCounter())

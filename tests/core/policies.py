@@ -1,0 +1,60 @@
+"""Deterministic policies for runtime tests: outcomes depend only on the messages they see."""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import json
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+from lookahead_sdk import ContextPolicy, LookaheadState, MainState, TransformContext, TransformResult
+from lookahead_sdk.messages import Message
+from lookahead_sdk.state import LookaheadStatus
+
+
+def digest(messages: Sequence[Message]) -> str:
+    return hashlib.sha1(json.dumps(list(messages), sort_keys=True).encode()).hexdigest()[:12]
+
+
+def drop_middle(messages: Sequence[Message]) -> list[Message]:
+    """Keep the first message and the last two; add a marker naming what was dropped."""
+    if len(messages) <= 3:
+        return list(messages)
+    return [messages[0], {"role": "user", "content": f"dropped {len(messages) - 3} of {digest(messages)}"}, *messages[-2:]]
+
+
+@dataclass
+class CountingPolicy(ContextPolicy):
+    """Lookahead at `soft` messages, commit at `hard`; the transform sleeps `delays[i]` seconds on
+    its i-th call and raises when the input digest is in `fail_on`."""
+
+    soft: int = 6
+    hard: int = 9
+    delays: list[float] = field(default_factory=list)
+    fail_on: set[str] = field(default_factory=set)
+    seen_inputs: list[tuple[bool, list[Message]]] = field(default_factory=list)
+
+    name = "counting"
+
+    def should_lookahead(self, main: MainState, lookahead: LookaheadState) -> bool:
+        return len(main) >= self.soft and lookahead.status in (
+            LookaheadStatus.IDLE, LookaheadStatus.FAILED, LookaheadStatus.STALE
+        )
+
+    def should_commit(self, main: MainState, lookahead: LookaheadState) -> bool:
+        return len(main) >= self.hard
+
+    async def transform(self, messages: Sequence[Message], ctx: TransformContext) -> TransformResult:
+        call = len(self.seen_inputs)
+        self.seen_inputs.append((ctx.is_lookahead, list(messages)))
+        delay = self.delays[call % len(self.delays)] if self.delays else 0.0
+        if delay:
+            await asyncio.sleep(delay)
+        if ctx.is_lookahead and digest(messages) in self.fail_on:
+            raise RuntimeError("injected transform failure")
+        return TransformResult(drop_middle(messages))
+
+
+def user(text: str) -> Message:
+    return {"role": "user", "content": text}

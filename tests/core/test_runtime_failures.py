@@ -1,0 +1,200 @@
+"""Failure injection: failing / hanging transforms and warm-ups fall back to the same result, and
+nothing is left running after close."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Sequence
+
+import pytest
+
+from lookahead_sdk import CommitKind, LookaheadRuntime, LookaheadStatus, RequestShape
+from lookahead_sdk.messages import Message
+from lookahead_sdk.warmup import WarmupResult
+
+from .policies import CountingPolicy, drop_middle, user
+
+
+def history(n: int) -> list[Message]:
+    return [{"role": "system", "content": "s"}, *(user(f"m{i}") for i in range(n))]
+
+
+class RecordingWarmer:
+    def __init__(self, *, fail: bool = False, hang: bool = False) -> None:
+        self.fail, self.hang = fail, hang
+        self.warmed: list[list[Message]] = []
+        self.closed = False
+
+    async def warm(self, messages: Sequence[Message], *, shape: RequestShape, open_last: bool = False) -> WarmupResult:
+        if self.hang:
+            await asyncio.sleep(3600)
+        if self.fail:
+            raise ConnectionError("engine unreachable")
+        self.warmed.append(list(messages))
+        return WarmupResult(prompt_tokens=10 * len(messages), cached_tokens=0, seconds=0.0)
+
+    async def promote(self, group_id: str) -> None:
+        return None
+
+    async def aclose(self) -> None:
+        self.closed = True
+
+
+async def drive_to_commit(runtime: LookaheadRuntime, *, settle: bool = True) -> list[Message]:
+    """Grow the history past the soft trigger, let the lookahead run, then reach the hard limit."""
+    for i in range(6):
+        runtime.append(user(f"a{i}"))
+    await runtime.boundary()
+    if settle and runtime._job is not None:
+        await asyncio.wait({runtime._job})
+    await asyncio.sleep(0.01)  # let a just-started lookahead begin running
+    for i in range(3):
+        runtime.append(user(f"b{i}"))
+    return list(runtime.main.messages)
+
+
+def assert_no_tasks_left() -> None:
+    pending = [task for task in asyncio.all_tasks() if task is not asyncio.current_task()]
+    assert pending == []
+
+
+async def test_transform_that_raises_falls_back_to_the_same_result(approx_counter) -> None:
+    policy = CountingPolicy(soft=5, hard=9)
+    snapshot = history(0) + [user(f"a{i}") for i in range(6)]
+    from .policies import digest
+
+    policy.fail_on = {digest(snapshot)}
+    runtime = LookaheadRuntime(policy, messages=history(0), token_counter=approx_counter)
+    before = await drive_to_commit(runtime)
+    assert runtime.lookahead.status is LookaheadStatus.FAILED
+    outcome = await runtime.commit()
+    assert outcome.kind is CommitKind.FALLBACK and outcome.reason == "failed"
+    assert outcome.messages == drop_middle(before)
+    assert runtime.stats.failures == 1 and runtime.stats.fallbacks == 1
+    await runtime.aclose()
+    assert_no_tasks_left()
+
+
+async def test_transform_timeout_falls_back(approx_counter) -> None:
+    policy = CountingPolicy(soft=5, hard=9, delays=[10.0, 0.0])
+    runtime = LookaheadRuntime(policy, messages=history(0), token_counter=approx_counter, transform_timeout_s=0.05)
+    before = await drive_to_commit(runtime)
+    outcome = await runtime.commit()
+    assert outcome.kind is CommitKind.FALLBACK
+    assert outcome.messages == drop_middle(before)
+    assert isinstance(runtime.stats.failures, int) and runtime.stats.failures == 1
+    await runtime.aclose()
+    assert_no_tasks_left()
+
+
+async def test_running_lookahead_is_promoted_and_awaited_at_commit(approx_counter) -> None:
+    policy = CountingPolicy(soft=5, hard=9, delays=[0.2])
+    runtime = LookaheadRuntime(policy, messages=history(0), token_counter=approx_counter)
+    before = await drive_to_commit(runtime, settle=False)
+    assert runtime.lookahead.status is LookaheadStatus.RUNNING
+    outcome = await runtime.commit()
+    assert outcome.kind is CommitKind.HIT and outcome.waited_s > 0
+    assert runtime.stats.promotions == 1
+    end = outcome.covered_end
+    assert outcome.messages == drop_middle(before[:end]) + before[end:]
+    await runtime.aclose()
+
+
+async def test_commit_wait_timeout_abandons_a_stuck_lookahead(approx_counter) -> None:
+    policy = CountingPolicy(soft=5, hard=9, delays=[30.0, 0.0])
+    runtime = LookaheadRuntime(policy, messages=history(0), token_counter=approx_counter, commit_wait_timeout_s=0.05)
+    before = await drive_to_commit(runtime, settle=False)
+    outcome = await runtime.commit()
+    assert outcome.kind is CommitKind.FALLBACK and outcome.messages == drop_middle(before)
+    await runtime.aclose()
+    assert_no_tasks_left()
+
+
+async def test_policy_can_refuse_promotion_and_take_the_sync_path(approx_counter) -> None:
+    policy = CountingPolicy(soft=5, hard=9, delays=[30.0, 0.0])
+    policy.should_promote = lambda main, lookahead: False  # type: ignore[method-assign]
+    runtime = LookaheadRuntime(policy, messages=history(0), token_counter=approx_counter)
+    before = await drive_to_commit(runtime, settle=False)
+    outcome = await runtime.commit()
+    assert outcome.kind is CommitKind.FALLBACK and outcome.messages == drop_middle(before)
+    assert runtime.stats.abandoned == 1
+    await runtime.aclose()
+    assert_no_tasks_left()
+
+
+@pytest.mark.parametrize("warmer", [RecordingWarmer(fail=True), RecordingWarmer(hang=True)], ids=["raises", "hangs"])
+async def test_failed_or_hung_warmup_still_commits_the_same_context(warmer, approx_counter) -> None:
+    policy = CountingPolicy(soft=5, hard=9)
+    runtime = LookaheadRuntime(policy, messages=history(0), token_counter=approx_counter, warmer=warmer, warmup_wait_timeout_s=0.05)
+    for i in range(6):
+        runtime.append(user(f"a{i}"))
+    await runtime.boundary()
+    await asyncio.sleep(0.01)
+    for i in range(3):
+        runtime.append(user(f"b{i}"))
+    before = list(runtime.main.messages)
+    outcome = await runtime.commit()
+    assert outcome.kind is CommitKind.HIT
+    end = outcome.covered_end
+    assert outcome.messages == drop_middle(before[:end]) + before[end:]
+    await runtime.aclose()
+    assert_no_tasks_left()
+
+
+async def test_warmup_prefills_what_the_commit_will_send_including_the_suffix(approx_counter) -> None:
+    warmer = RecordingWarmer()
+    policy = CountingPolicy(soft=5, hard=12)
+    runtime = LookaheadRuntime(policy, messages=history(0), token_counter=approx_counter, warmer=warmer)
+    for i in range(6):
+        runtime.append(user(f"a{i}"))
+    await runtime.boundary()
+    await asyncio.wait({runtime._job})
+    for step in range(2):
+        runtime.append(user(f"b{step}"), user(f"c{step}"))
+        await runtime.boundary()
+        await asyncio.wait({runtime._job})
+    runtime.append(user("last"))
+    outcome = await runtime.commit()
+    assert outcome.kind is CommitKind.HIT
+    # The last warm-up covered everything but the newest message: the commit only prefills that.
+    assert warmer.warmed[-1] == outcome.messages[:-1]
+    assert runtime.stats.warmups == 3
+    await runtime.aclose()
+
+
+async def test_close_cancels_a_running_lookahead_and_rejects_further_use(approx_counter) -> None:
+    policy = CountingPolicy(soft=5, hard=9, delays=[30.0])
+    runtime = LookaheadRuntime(policy, messages=history(0), token_counter=approx_counter)
+    await drive_to_commit(runtime, settle=False)
+    job = runtime._job
+    await runtime.aclose()
+    assert job is not None and job.cancelled()
+    assert_no_tasks_left()
+    with pytest.raises(RuntimeError, match="closed"):
+        runtime.append(user("late"))
+
+
+async def test_edit_inside_the_covered_prefix_makes_the_result_stale(approx_counter) -> None:
+    policy = CountingPolicy(soft=5, hard=9)
+    runtime = LookaheadRuntime(policy, messages=history(0), token_counter=approx_counter)
+    await drive_to_commit(runtime)
+    assert runtime.lookahead.status is LookaheadStatus.READY
+    runtime.main.edit(2, user("rewritten"))
+    before = list(runtime.main.messages)
+    outcome = await runtime.commit()
+    assert outcome.kind is CommitKind.FALLBACK and outcome.reason == "stale"
+    assert outcome.messages == drop_middle(before)
+    assert runtime.stats.stale == 1
+    await runtime.aclose()
+
+
+async def test_newer_boundaries_coalesce_while_a_lookahead_runs(approx_counter) -> None:
+    policy = CountingPolicy(soft=5, hard=50, delays=[0.05])
+    runtime = LookaheadRuntime(policy, messages=history(5), token_counter=approx_counter)
+    await runtime.boundary()
+    for i in range(4):
+        runtime.append(user(f"n{i}"))
+        await runtime.boundary()
+    assert runtime.stats.lookaheads_started == 1
+    assert runtime.stats.superseded_boundaries == 3  # four boundaries pending, one kept
+    await runtime.aclose()
