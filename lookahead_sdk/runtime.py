@@ -24,9 +24,9 @@ import contextlib
 import logging
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass, replace
+from dataclasses import asdict, dataclass, replace
 from enum import StrEnum
-from typing import Literal
+from typing import Any, Literal
 
 from lookahead_sdk.messages import Message
 from lookahead_sdk.offload_store import OffloadStore
@@ -45,6 +45,7 @@ from lookahead_sdk.warmup import RequestShape, Warmer
 log = logging.getLogger(__name__)
 
 RuntimeMode = Literal["lookahead", "sync"]
+STATE_FORMAT_VERSION = 1
 
 
 class CommitKind(StrEnum):
@@ -396,11 +397,11 @@ class LookaheadRuntime:
             self.stats.wasted_prompt_tokens += self._spent_by_group.pop(group_id, 0)
 
     def _commit_deadline_ms(self) -> int | None:
-        """When the commit is expected (epoch ms), from the policy's distance to its trigger and
-        the history's recent growth rate; lets the server order best-effort work by urgency."""
+        """When the commit is expected (ms from now), from the policy's distance to its trigger
+        and the history's recent growth rate; lets the server order best-effort work by urgency."""
         remaining = self.policy.tokens_until_commit(self.main)
         seconds = self._growth.seconds_until(remaining) if remaining is not None else None
-        return None if seconds is None else int((time.time() + seconds) * 1000)
+        return None if seconds is None else int(seconds * 1000)
 
     def _transform_context(self, *, is_lookahead: bool, partial_output: PartialOutput | None) -> TransformContext:
         return TransformContext(
@@ -411,6 +412,55 @@ class LookaheadRuntime:
             offload_store=self.offload_store,
             partial_output=partial_output,
         )
+
+    # -- persistence -------------------------------------------------------------------------
+    def save_state(self) -> dict[str, Any]:
+        """A JSON-safe snapshot: history, turn count, stats and a ready lookahead result. A
+        running lookahead cannot be saved mid-flight; it is recorded so that `load_state`
+        restarts it at the next boundary."""
+        lookahead = self.lookahead
+        saved: dict[str, Any] = {
+            "version": STATE_FORMAT_VERSION,
+            "policy": self.policy.name,
+            "messages": list(self.main.messages),
+            "turn": self.main.turn,
+            "stats": asdict(self.stats),
+            "lookahead": {"status": lookahead.status.value},
+        }
+        if lookahead.status is LookaheadStatus.READY and lookahead.messages is not None:
+            saved["lookahead"] = {
+                "status": "ready",
+                "messages": list(lookahead.messages),
+                "last_segment_end": lookahead.last_segment_end,
+                "covered_signature": lookahead.covered_signature.hex(),
+                "group_id": lookahead.group_id,
+                "strategy_data": lookahead.strategy_data,
+            }
+        return saved
+
+    def load_state(self, state: dict[str, Any]) -> None:
+        """Restore `save_state` output. A restored result is committed only if the restored
+        history still matches the prefix it covers (the usual signature check)."""
+        self._check_open()
+        if not isinstance(state, dict) or state.get("version") != STATE_FORMAT_VERSION:
+            raise ValueError(f"state must be a dict saved by LookaheadRuntime.save_state (version {STATE_FORMAT_VERSION})")
+        if state.get("policy") != self.policy.name:
+            raise ValueError(f"state was saved with policy {state.get('policy')!r}, this runtime runs {self.policy.name!r}")
+        if self._job is not None:
+            self._job.cancel()
+        self.main.replace(state["messages"])
+        self.main.turn = int(state["turn"])
+        self.stats = RuntimeStats(**state["stats"])
+        self.lookahead = LookaheadState()
+        saved = state["lookahead"]
+        if saved["status"] == "ready":
+            self.lookahead.status = LookaheadStatus.READY
+            self.lookahead.messages = tuple(saved["messages"])
+            self.lookahead.last_segment_end = int(saved["last_segment_end"])
+            self.lookahead.covered_signature = bytes.fromhex(saved["covered_signature"])
+            self.lookahead.group_id = saved["group_id"]
+            self.lookahead.strategy_data = dict(saved["strategy_data"])
+        # A lookahead that was running restarts by itself: its policy fires again at the next boundary.
 
     # -- lifecycle ---------------------------------------------------------------------------
     async def _cancel_job(self) -> None:

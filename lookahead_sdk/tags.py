@@ -23,8 +23,9 @@ log = logging.getLogger(__name__)
 PriorityClass = Literal["lc", "be"]
 PRIORITY_CLASSES: tuple[str, ...] = ("lc", "be")
 
-# Integer priorities for engines with numeric priority scheduling. SGLang's default and vLLM's
-# scheduler both treat lower values as more urgent.
+# Integer priorities for engines with numeric priority scheduling, lower = more urgent: vLLM's
+# convention, and SGLang's with --schedule-low-priority-values-first (which `lookahead-sdk
+# sglang launch` passes; SGLang's own default is the reverse).
 NUMERIC_PRIORITY = {"lc": 0, "be": 10}
 
 RELEASE_URLS_ENV = "LOOKAHEAD_RELEASE_URLS"
@@ -37,6 +38,7 @@ class RequestTags:
     priority_class: PriorityClass = "lc"
     is_lookahead: bool = False
     lookahead_group_id: str | None = None
+    # Expected commit, in ms after the request reaches the server (relative: no clock sync needed).
     commit_deadline_ms: int | None = None
     slo_ttft_ms: int | None = None
     slo_tbt_ms: int | None = None

@@ -17,9 +17,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
 
-import httpx
-
 from lookahead_sdk.messages import Message
+from lookahead_sdk.tags import current_tags
 from lookahead_sdk.transport import WireFormat, tagged_async_http_client
 
 # Marks the end of an open (still being written) last message, to cut the rendering right there.
@@ -126,21 +125,38 @@ class LlamaCppWarmer(_HttpWarmer):
 
 
 class SGLangWarmer(_HttpWarmer):
+    """SGLang: `/v1/tokenize` renders messages through the same path as the chat endpoint; the
+    ids are prefilled by native `/generate` with max_new_tokens=0. Tags travel in
+    `sampling_params.custom_params`, which stock SGLang carries to the scheduler."""
+
     wire = "sglang"
 
-    async def token_ids(self, messages: Sequence[Message], shape: RequestShape) -> list[int]:
-        body = {**shape.chat_fields(), "messages": list(messages)}
-        reply = await self._post("/tokenize", body)
-        ids = reply.get("tokens", reply.get("input_ids"))
+    async def token_ids(self, messages: Sequence[Message], shape: RequestShape, *, open_last: bool = False) -> list[int]:
+        ids = await self._tokenize(messages, shape)
+        if not (open_last and messages):
+            return ids
+        # The open message ends where renderings with and without a sentinel appended diverge.
+        *head, last = messages
+        marked = {**last, "content": f"{last.get('content') or ''}{OPEN_MESSAGE_SENTINEL}"}
+        return ids[: common_prefix_length(ids, await self._tokenize([*head, marked], shape))]
+
+    async def _tokenize(self, messages: Sequence[Message], shape: RequestShape) -> list[int]:
+        body = {**shape.chat_fields(), "messages": list(messages), "add_generation_prompt": False}
+        reply = await self._post("/v1/tokenize", body)
+        ids = reply.get("tokens")
         if not isinstance(ids, list):
-            raise ValueError(f"{self.server_url}/tokenize answered without token ids: {reply!r}")
+            raise ValueError(f"{self.server_url}/v1/tokenize answered without token ids: {reply!r}")
         return ids
+
+    def _sampling(self, **fields: Any) -> dict[str, Any]:
+        tags = current_tags()
+        custom = tags.to_body() if tags is not None else {}
+        return {"max_new_tokens": 0, "temperature": 0, "custom_params": {**custom, **fields}}
 
     async def warm(self, messages: Sequence[Message], *, shape: RequestShape, open_last: bool = False) -> WarmupResult:
         started = time.perf_counter()
-        input_ids = await self.token_ids(messages, shape)
-        body = {"input_ids": input_ids, "sampling_params": {"max_new_tokens": 0, "temperature": 0}}
-        meta = (await self._post("/generate", body)).get("meta_info") or {}
+        input_ids = await self.token_ids(messages, shape, open_last=open_last)
+        meta = (await self._post("/generate", {"input_ids": input_ids, "sampling_params": self._sampling()})).get("meta_info") or {}
         return WarmupResult(
             prompt_tokens=int(meta.get("prompt_tokens", len(input_ids))),
             cached_tokens=int(meta.get("cached_tokens", 0)),
@@ -148,11 +164,17 @@ class SGLangWarmer(_HttpWarmer):
         )
 
     async def promote(self, group_id: str) -> None:
-        try:
-            await self._post("/lookahead/promote", {"lookahead_group_id": group_id})
-        except httpx.HTTPStatusError as error:
-            if error.response.status_code != 404:
-                raise
+        """A one-token prefill carrying `promote_group_id` raises the whole group to LC."""
+        await self._post("/generate", {"input_ids": [0], "sampling_params": self._sampling(promote_group_id=group_id)})
+
+
+def common_prefix_length(first: Sequence[int], second: Sequence[int]) -> int:
+    length = 0
+    for a, b in zip(first, second, strict=False):
+        if a != b:
+            break
+        length += 1
+    return length
 
 
 WARMERS: dict[str, type[_HttpWarmer]] = {

@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Literal
 
 from lookahead_sdk.agent.llm import ChatClient
-from lookahead_sdk.agent.loop import AgentRun, ReferenceAgent
+from lookahead_sdk.agent.loop import AgentRun, ReferenceAgent, TurnRecord
 from lookahead_sdk.agent.workload import MAIN_SYSTEM_PROMPT, CodeAnalysisWorkload, Delegation, workload_tools
 from lookahead_sdk.messages import Message
 from lookahead_sdk.offload_store import OffloadStore
@@ -97,7 +97,7 @@ async def run_agents(
     model: str = "default",
     token_counter: TokenCounter | None = None,
     max_tokens: int = 32,
-    on_turn: Callable[[], None] | None = None,
+    on_turn: Callable[[TurnRecord], None] | None = None,
 ) -> RunResult:
     """`agents` concurrent agents (seeds seed..seed+agents-1), each its own program."""
     if agents < 1:
@@ -117,6 +117,7 @@ async def run_agents(
             agent = ReferenceAgent(
                 llm, ToolRegistry(workload_tools(workload)), policy=policy, mode=mode,
                 window_tokens=window_tokens, warmer=warm, token_counter=counter, max_tokens=max_tokens,
+                on_turn=on_turn,
             )
             async with program(f"{strategy}-{mode}-a{index}-s{seed}", release_to=()):
                 return await agent.run(MAIN_SYSTEM_PROMPT, workload.task(), plan=plan)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any, ClassVar
 
@@ -65,6 +65,7 @@ class ReferenceAgent:
     max_tokens: int = 48
     instruction_tokens: int = 80
     send_tools: bool = False
+    on_turn: Callable[[TurnRecord], None] | None = None
 
     default_context_policy: ClassVar[ContextPolicy | None] = None
 
@@ -145,11 +146,11 @@ class ReferenceAgent:
             started = time.perf_counter()
         return ""
 
-    @staticmethod
-    def _record(record: AgentRun, agent: str, step: int, result: ChatResult, commit: CommitKind, context_tokens: int) -> None:
-        record.turns.append(
-            TurnRecord(
-                agent=agent, step=step, ttft_s=result.ttft_s, commit=commit, context_tokens=context_tokens,
-                prompt_tokens=result.prompt_tokens, cached_tokens=result.cached_tokens,
-            )
+    def _record(self, record: AgentRun, agent: str, step: int, result: ChatResult, commit: CommitKind, context_tokens: int) -> None:
+        turn = TurnRecord(
+            agent=agent, step=step, ttft_s=result.ttft_s, commit=commit, context_tokens=context_tokens,
+            prompt_tokens=result.prompt_tokens, cached_tokens=result.cached_tokens,
         )
+        record.turns.append(turn)
+        if self.on_turn is not None:
+            self.on_turn(turn)

@@ -11,6 +11,7 @@ BENCH_MODULES: tuple[str, ...] = (
     "lookahead_sdk.bench.slo",
     "lookahead_sdk.bench.estimator",
     "lookahead_sdk.bench.sim_ttft",
+    "lookahead_sdk.bench.adapters",
 )
 
 

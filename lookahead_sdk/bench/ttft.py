@@ -1,0 +1,258 @@
+"""`bench ttft`: transform-turn TTFT, synchronous vs lookahead, per strategy, side by side.
+
+Each (strategy, mode) run drives the reference agents over the same seeded workload. On the
+embedded engine every run starts from a freshly started server, so no run inherits another's
+prefix cache (same seeds mean same prompts). Against --base-url, llama.cpp slots are erased
+between runs when the server allows it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import platform
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+from lookahead_sdk.agent.driver import STRATEGIES, RunResult, run_agents
+from lookahead_sdk.agent.loop import TurnRecord
+from lookahead_sdk.bench.common import new_figure, percentile, progress, save_figure, write_json
+
+MODES = ("sync", "lookahead")
+
+
+@dataclass(frozen=True)
+class TtftBenchConfig:
+    base_url: str | None = None  # None: the embedded engine
+    agents: int = 1
+    steps: int = 14
+    strategies: tuple[str, ...] = STRATEGIES
+    warmer: str | None = None  # None: llamacpp on the embedded engine, else openai
+    window_tokens: int | None = None  # None: read from the server (llama.cpp /props)
+    seed: int = 0
+    max_tokens: int = 32
+    port: int = 8089
+
+    def __post_init__(self) -> None:
+        unknown = set(self.strategies) - set(STRATEGIES)
+        if unknown:
+            raise ValueError(f"strategies must be among {STRATEGIES}, got {sorted(unknown)}")
+        if self.agents < 1 or self.steps < 1:
+            raise ValueError(f"agents and steps must be >= 1, got agents={self.agents} steps={self.steps}")
+
+
+class EmbeddedEngine:
+    """Starts (and restarts, for a clean cache) the embedded llama-server sized for the agents."""
+
+    def __init__(self, agents: int, port: int) -> None:
+        from lookahead_sdk.engine.config import EngineConfig
+
+        # Per agent: its main context, its lookahead branch, and a sub-agent / summary slot.
+        self.config = EngineConfig(port=port, slots=max(4, 3 * agents))
+        self.handle: Any = None
+
+    def restart(self) -> str:
+        from lookahead_sdk.engine.server import ensure_engine, stop_engine
+
+        if self.handle is not None:
+            stop_engine(self.config.port)
+        self.handle = ensure_engine(self.config)
+        return self.handle.base_url
+
+    def stop(self) -> None:
+        from lookahead_sdk.engine.server import stop_engine
+
+        if self.handle is not None:
+            stop_engine(self.config.port)
+            self.handle = None
+
+
+def server_facts(base_url: str) -> dict[str, Any]:
+    """Model name and per-slot context from the server, where it says."""
+    facts: dict[str, Any] = {"model": "default", "window_tokens": None, "engine": "openai-compatible"}
+    with httpx.Client(timeout=10) as client:
+        try:
+            models = client.get(f"{base_url}/v1/models").json().get("data") or []
+            if models:
+                facts["model"] = models[0]["id"]
+        except (httpx.HTTPError, ValueError, KeyError):
+            pass
+        try:
+            props = client.get(f"{base_url}/props").json()
+            facts["window_tokens"] = props["default_generation_settings"]["n_ctx"]
+            facts["engine"] = f"llama.cpp llama-server ({props.get('build_info', 'unknown build')})"
+        except (httpx.HTTPError, ValueError, KeyError):
+            pass
+    return facts
+
+
+def erase_llamacpp_slots(base_url: str) -> bool:
+    try:
+        with httpx.Client(timeout=30) as client:
+            slots = client.get(f"{base_url}/slots").json()
+            for slot in slots:
+                client.post(f"{base_url}/slots/{slot['id']}", params={"action": "erase"}).raise_for_status()
+        return True
+    except (httpx.HTTPError, ValueError, KeyError, TypeError):
+        return False
+
+
+async def run_ttft_bench(config: TtftBenchConfig, on_turn: Callable[[TurnRecord], None] | None = None, on_run: Callable[[str, str], None] | None = None) -> dict[str, Any]:
+    engine = EmbeddedEngine(config.agents, config.port) if config.base_url is None else None
+    base_url = engine.restart() if engine else str(config.base_url).rstrip("/").removesuffix("/v1")
+    try:
+        facts = server_facts(base_url)
+        window = config.window_tokens or facts["window_tokens"]
+        if window is None:
+            raise ValueError("the server does not report its context window: pass --window TOKENS")
+        warmer = config.warmer or ("llamacpp" if engine or "llama.cpp" in facts["engine"] else "openai")
+        document: dict[str, Any] = {
+            "engine": facts["engine"], "model": facts["model"], "agents": config.agents, "steps": config.steps,
+            "window_tokens": window, "warmer": warmer, "seed": config.seed, "max_tokens": config.max_tokens,
+            "machine": f"{platform.machine()}, {__import__('os').cpu_count()} CPUs", "strategies": {},
+        }
+        for strategy in config.strategies:
+            runs: dict[str, Any] = {}
+            for mode in MODES:
+                if on_run:
+                    on_run(strategy, mode)
+                if engine is not None and runs:
+                    base_url = engine.restart()
+                elif engine is None:
+                    erase_llamacpp_slots(base_url)
+                result: RunResult = await run_agents(
+                    base_url, strategy=strategy, mode=mode, agents=config.agents, steps=config.steps,
+                    window_tokens=window, warmer=warmer, seed=config.seed, model=facts["model"],
+                    max_tokens=config.max_tokens, on_turn=on_turn,
+                )
+                runs[mode] = result.to_json()
+            document["strategies"][strategy] = runs
+            if engine is not None and strategy != config.strategies[-1]:
+                base_url = engine.restart()
+        return document
+    finally:
+        if engine is not None:
+            engine.stop()
+
+
+def p50(values: Sequence[float]) -> float:
+    return percentile(values, 50)
+
+
+def summary_rows(document: dict[str, Any]) -> list[dict[str, Any]]:
+    rows = []
+    for name, runs in document["strategies"].items():
+        sync, look = runs["sync"], runs["lookahead"]
+        sync_t, look_t = p50(sync["transform_ttft_s"]), p50(look["transform_ttft_s"])
+        rows.append({
+            "strategy": name,
+            "sync_transform_p50_s": sync_t,
+            "lookahead_transform_p50_s": look_t,
+            "ratio": look_t / sync_t if sync_t else float("nan"),
+            "reduction": 1 - look_t / sync_t if sync_t else float("nan"),
+            "sync_normal_p50_s": p50(sync["normal_ttft_s"]),
+            "lookahead_normal_p50_s": p50(look["normal_ttft_s"]),
+            "transform_vs_normal": look_t / p50(look["normal_ttft_s"]) if look["normal_ttft_s"] else float("nan"),
+            "transform_turns": look["transform_turns"],
+            "hit_rate": look["lookahead_hits"] / look["transform_turns"] if look["transform_turns"] else float("nan"),
+            "stale": look["stale"],
+            "fallbacks": look["fallbacks"],
+            "extra_prompt_tokens": look["extra_prompt_tokens"],
+            "net_extra_prompt_tokens": look["prefilled_prompt_tokens"] - sync["prefilled_prompt_tokens"],
+            "wasted_prompt_tokens": look["wasted_prompt_tokens"],
+        })
+    return rows
+
+
+def print_table(document: dict[str, Any]) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    table = Table(title=f"Transform-turn TTFT, {document['agents']} agent(s), {document['steps']} steps, {document['model']}")
+    for column in ("strategy", "sync T p50", "lookahead T p50", "reduction", "sync N p50", "lookahead N p50", "T/N", "hits", "stale", "fallbacks", "extra tok", "net extra tok"):
+        table.add_column(column, justify="right")
+    rows = summary_rows(document)
+    for row in rows:
+        table.add_row(
+            row["strategy"], f"{row['sync_transform_p50_s']:.2f}s", f"{row['lookahead_transform_p50_s']:.2f}s",
+            f"{row['reduction']:.0%}", f"{row['sync_normal_p50_s']:.2f}s", f"{row['lookahead_normal_p50_s']:.2f}s",
+            f"{row['transform_vs_normal']:.2f}x", f"{row['hit_rate']:.0%} of {row['transform_turns']}", str(row["stale"]),
+            str(row["fallbacks"]), str(row["extra_prompt_tokens"]), str(row["net_extra_prompt_tokens"]),
+        )
+    console = Console()
+    console.print(table)
+    reductions = [row["reduction"] for row in rows]
+    if reductions:
+        console.print(f"mean transform-turn TTFT reduction: {sum(reductions) / len(reductions):.0%}")
+
+
+def plot(document: dict[str, Any], path: str | Path) -> Path:
+    figure, axes = new_figure(1, 2, size=(12, 4.5))
+    left, right = axes[0]
+    rows = summary_rows(document)
+    names = [row["strategy"] for row in rows]
+    xs = range(len(names))
+    left.bar([x - 0.2 for x in xs], [row["sync_transform_p50_s"] for row in rows], 0.4, label="sync transform turn")
+    left.bar([x + 0.2 for x in xs], [row["lookahead_transform_p50_s"] for row in rows], 0.4, label="lookahead transform turn")
+    left.scatter([x + 0.2 for x in xs], [row["lookahead_normal_p50_s"] for row in rows], color="black", marker="_", s=400, label="lookahead normal turn", zorder=3)
+    for x, row in zip(xs, rows, strict=True):
+        left.annotate(f"-{row['reduction']:.0%}", (x, max(row["sync_transform_p50_s"], row["lookahead_transform_p50_s"])), ha="center", va="bottom")
+    left.set_xticks(list(xs), names)
+    left.set(ylabel="TTFT p50 (s)", title=f"{document['model']}, {document['agents']} agent(s)")
+    left.legend(fontsize=8)
+    for x, name in zip(xs, names, strict=True):
+        runs = document["strategies"][name]
+        right.scatter([x - 0.1] * len(runs["sync"]["transform_ttft_s"]), runs["sync"]["transform_ttft_s"], color="tab:blue", alpha=0.6)
+        right.scatter([x + 0.1] * len(runs["lookahead"]["transform_ttft_s"]), runs["lookahead"]["transform_ttft_s"], color="tab:orange", alpha=0.6)
+    right.set_xticks(list(xs), names)
+    right.set(ylabel="transform-turn TTFT (s)", title="every transform turn (blue sync, orange lookahead)")
+    return save_figure(figure, path)
+
+
+async def run_with_progress(config: TtftBenchConfig) -> dict[str, Any]:
+    with progress() as bar:
+        task = bar.add_task("starting", total=None)
+
+        def on_run(strategy: str, mode: str) -> None:
+            bar.update(task, description=f"{strategy} / {mode}", completed=0)
+
+        def on_turn(turn: TurnRecord) -> None:
+            bar.advance(task)
+
+        return await run_ttft_bench(config, on_turn=on_turn, on_run=on_run)
+
+
+def main(args: argparse.Namespace) -> int:
+    config = TtftBenchConfig(
+        base_url=None if args.embedded else args.base_url, agents=args.agents, steps=args.steps,
+        strategies=tuple(args.strategies.split(",")), warmer=args.warmer, window_tokens=args.window,
+        seed=args.seed, max_tokens=args.max_tokens, port=args.port,
+    )
+    document = asyncio.run(run_with_progress(config))
+    write_json(args.json, document)
+    if args.plot:
+        plot(document, args.plot)
+    print_table(document)
+    return 0
+
+
+def register(bench_subparsers: argparse._SubParsersAction) -> None:
+    parser = bench_subparsers.add_parser("ttft", help="transform-turn TTFT, sync vs lookahead, per strategy")
+    target = parser.add_mutually_exclusive_group()
+    target.add_argument("--base-url", help="any OpenAI-compatible server (default: the embedded engine)")
+    target.add_argument("--embedded", action="store_true", help="the embedded llama.cpp engine (default)")
+    parser.add_argument("--agents", type=int, default=1)
+    parser.add_argument("--steps", type=int, default=14)
+    parser.add_argument("--strategies", default=",".join(STRATEGIES))
+    parser.add_argument("--warmer", choices=("openai", "llamacpp", "sglang"))
+    parser.add_argument("--window", type=int, help="model context window in tokens (default: from the server)")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--max-tokens", type=int, default=32, help="tokens generated per normal turn")
+    parser.add_argument("--port", type=int, default=8089, help="embedded engine port")
+    parser.add_argument("--json", required=True)
+    parser.add_argument("--plot")
+    parser.set_defaults(func=main)

@@ -1,0 +1,35 @@
+"""`lookahead-sdk demo`: the main job. The reference agent runs the code-analysis workload with each
+strategy, synchronous and lookahead, on the embedded llama.cpp engine; prints the TTFT table and
+writes JSON + PNG."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+from pathlib import Path
+
+from lookahead_sdk.agent.driver import STRATEGIES
+from lookahead_sdk.bench.common import write_json
+from lookahead_sdk.bench.ttft import TtftBenchConfig, plot, print_table, run_with_progress
+
+
+def main(args: argparse.Namespace) -> int:
+    out = Path(args.out)
+    config = TtftBenchConfig(agents=args.agents, steps=args.steps, strategies=tuple(args.strategies.split(",")), port=args.port)
+    print(f"lookahead-sdk demo: {len(config.strategies)} strategies x (sync, lookahead) on the embedded engine")
+    document = asyncio.run(run_with_progress(config))
+    json_path = write_json(out / "demo.json", document)
+    plot_path = plot(document, out / "demo.png")
+    print_table(document)
+    print(f"wrote {json_path} and {plot_path}")
+    return 0
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    parser = subparsers.add_parser("demo", help="run the reference agent, sync vs lookahead, on the embedded engine")
+    parser.add_argument("--out", default="lookahead-demo", help="directory for demo.json and demo.png")
+    parser.add_argument("--agents", type=int, default=1)
+    parser.add_argument("--steps", type=int, default=14)
+    parser.add_argument("--strategies", default=",".join(STRATEGIES))
+    parser.add_argument("--port", type=int, default=8089, help="embedded engine port")
+    parser.set_defaults(func=main)

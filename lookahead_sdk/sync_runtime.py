@@ -1,0 +1,105 @@
+"""The lookahead runtime for synchronous code (sync framework hooks, scripts).
+
+`SyncLookaheadRuntime` mirrors `LookaheadRuntime`'s API without `await`. The async runtime lives on
+a private event-loop thread, so background transforms and warm-ups keep running between the
+caller's blocking calls; every call is executed on that thread, so the runtime's state is only
+ever touched by one thread.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from collections.abc import Awaitable, Callable
+from concurrent.futures import Future
+from typing import Any, TypeVar
+
+from lookahead_sdk.messages import Message
+from lookahead_sdk.runtime import CommitOutcome, LookaheadRuntime, RuntimeStats
+from lookahead_sdk.state import LookaheadState, MainState
+from lookahead_sdk.tags import current_tags
+
+T = TypeVar("T")
+
+
+class BackgroundLoop:
+    """An asyncio event loop on a daemon thread."""
+
+    def __init__(self, name: str = "lookahead-runtime") -> None:
+        self.loop = asyncio.new_event_loop()
+        self._thread = threading.Thread(target=self.loop.run_forever, name=name, daemon=True)
+        self._thread.start()
+
+    def run(self, coroutine: Awaitable[T], timeout_s: float | None = None) -> T:
+        if threading.current_thread() is self._thread:
+            raise RuntimeError("blocking call from the runtime's own loop thread would deadlock; use LookaheadRuntime")
+        future: Future[T] = asyncio.run_coroutine_threadsafe(coroutine, self.loop)  # type: ignore[arg-type]
+        return future.result(timeout_s)
+
+    def call(self, function: Callable[..., T], *args: Any) -> T:
+        async def invoke() -> T:
+            return function(*args)
+
+        return self.run(invoke())
+
+    def close(self) -> None:
+        if self.loop.is_closed():
+            return
+        self.loop.call_soon_threadsafe(self.loop.stop)
+        self._thread.join(timeout=10)
+        self.loop.close()
+
+
+class SyncLookaheadRuntime:
+    """Same arguments as LookaheadRuntime; tags default to the caller's current tags."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        kwargs.setdefault("tags", current_tags())
+        self._loop = BackgroundLoop()
+
+        async def create() -> LookaheadRuntime:
+            return LookaheadRuntime(*args, **kwargs)
+
+        try:
+            self.runtime = self._loop.run(create())
+        except BaseException:
+            self._loop.close()
+            raise
+
+    @property
+    def main(self) -> MainState:
+        return self.runtime.main
+
+    @property
+    def lookahead(self) -> LookaheadState:
+        return self.runtime.lookahead
+
+    @property
+    def stats(self) -> RuntimeStats:
+        return self.runtime.stats
+
+    def append(self, *messages: Message) -> None:
+        self._loop.call(self.runtime.append, *messages)
+
+    def boundary(self) -> None:
+        self._loop.run(self.runtime.boundary())
+
+    def stream_boundary(self, text: str, *, tool_name: str | None = None) -> None:
+        self._loop.run(self.runtime.stream_boundary(text, tool_name=tool_name))
+
+    def prepare(self) -> list[Message]:
+        return self._loop.run(self.runtime.prepare())
+
+    def commit(self) -> CommitOutcome:
+        return self._loop.run(self.runtime.commit())
+
+    def close(self) -> None:
+        if not self._loop.loop.is_closed():
+            self._loop.run(self.runtime.aclose())
+            self._loop.close()
+
+    def __enter__(self) -> SyncLookaheadRuntime:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()

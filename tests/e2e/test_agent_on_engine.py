@@ -1,0 +1,107 @@
+"""End to end on the real embedded llama.cpp engine: the reference agent with each strategy,
+lookahead vs sync, a recording proxy in front of the engine to see what the server received.
+
+Prompts are kept small (150-180-token tool outputs, limits around 1K tokens) so the suite runs
+in a few minutes on 2 CPU cores. What is asserted is behaviour, not speed: commits happen, the
+lookahead result is committed, the warm-up made the commit request find its prefix cached, and
+the tags arrived.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+
+import pytest
+
+from lookahead_sdk import CommitKind, LlamaCppWarmer, OffloadStore
+from lookahead_sdk.agent.driver import handover_from_history
+from lookahead_sdk.agent.llm import ChatClient
+from lookahead_sdk.agent.loop import AgentRun, ReferenceAgent
+from lookahead_sdk.agent.workload import MAIN_SYSTEM_PROMPT, CodeAnalysisWorkload, workload_tools
+from lookahead_sdk.policy import ContextPolicy
+from lookahead_sdk.strategies import Isolate, KeepRecent, Offload, Summarize
+from lookahead_sdk.tags import program
+from lookahead_sdk.tokens import auto_token_counter
+from lookahead_sdk.tools import ToolRegistry
+
+from ..support.recording_proxy import RecordingProxy
+
+pytestmark = pytest.mark.engine
+
+STEPS = 8
+
+
+def small_policy(strategy: str, store_dir: Path, workload: CodeAnalysisWorkload) -> ContextPolicy:
+    limits = {"lookahead_at": 650, "hard_limit": 1000}
+    if strategy == "offload":
+        return Offload(threshold=100, store=OffloadStore(store_dir), **limits)
+    if strategy == "keep_recent":
+        return KeepRecent(budget=500, **limits)
+    if strategy == "summarize":
+        return Summarize(recent_budget=300, summary_tokens=24, **limits)
+    return Isolate(subagent_system=handover_from_history(workload.delegation_plan()))
+
+
+def run_agent(base_url: str, strategy: str, mode: str, store_dir: Path) -> AgentRun:
+    async def go() -> AgentRun:
+        counter = auto_token_counter(base_url)
+        workload = CodeAnalysisWorkload(seed=3, steps=STEPS if strategy != "isolate" else 2, token_counter=counter,
+                                        tokens_per_output=(150, 180), handover_tokens=200)
+        plan = workload.delegation_plan() if strategy == "isolate" else workload.read_plan()
+        llm = ChatClient(base_url)
+        warmer = LlamaCppWarmer(base_url) if mode == "lookahead" else None
+        agent = ReferenceAgent(llm, ToolRegistry(workload_tools(workload)), policy=small_policy(strategy, store_dir, workload),
+                               mode=mode, warmer=warmer, token_counter=counter, max_tokens=6, instruction_tokens=40)
+        try:
+            async with program(f"e2e-{strategy}-{mode}", release_to=()):
+                return await agent.run(MAIN_SYSTEM_PROMPT, workload.task(), plan=plan)
+        finally:
+            await llm.aclose()
+            if warmer is not None:
+                await warmer.aclose()
+
+    return asyncio.run(go())
+
+
+@pytest.fixture(scope="module")
+def proxy(embedded_engine):
+    with RecordingProxy(upstream=embedded_engine.base_url) as recording:
+        yield recording
+
+
+@pytest.mark.parametrize("strategy", ["offload", "keep_recent", "summarize", "isolate"])
+def test_lookahead_commits_a_prefilled_context(strategy: str, proxy: RecordingProxy, tmp_path: Path) -> None:
+    proxy.requests.clear()
+    run = run_agent(proxy.url, strategy, "lookahead", tmp_path)
+    transform_turns = [turn for turn in run.turns if turn.is_transform_turn]
+    assert transform_turns, "the workload never reached the commit point"
+    assert run.stats.hits >= 1 and run.stats.fallbacks == 0
+    assert run.stats.warmups >= 1
+    for turn in transform_turns:
+        if turn.commit is CommitKind.HIT:
+            # The warm-up pre-materialized the committed prefix: nearly the whole prompt is cached.
+            assert turn.cached_tokens >= 0.6 * turn.prompt_tokens, turn
+
+    warmups = proxy.bodies("/completion")
+    assert warmups and all(body["n_predict"] == 0 and body["cache_prompt"] for body in warmups)
+    assert all(body["is_lookahead"] and body["priority_class"] in ("be", "lc") and body["program_id"] == f"e2e-{strategy}-lookahead"
+               for body in warmups)
+    chats = proxy.bodies("/chat/completions")
+    foreground = [body for body in chats if not body.get("is_lookahead")]
+    assert foreground and all(body["priority_class"] == "lc" and body["program_id"] == f"e2e-{strategy}-lookahead" for body in foreground)
+    headers = [r.headers.get("x-program-id") for r in proxy.requests if r.path.endswith("/chat/completions")]
+    assert set(headers) == {f"e2e-{strategy}-lookahead"}
+    if strategy == "summarize":
+        summaries = [body for body in chats if body.get("is_lookahead")]
+        assert summaries and all(b["priority_class"] == "be" and b["temperature"] == 0 and b["max_tokens"] == 24 for b in summaries)
+
+
+@pytest.mark.parametrize("strategy", ["summarize", "isolate"])
+def test_sync_mode_transforms_on_the_critical_path(strategy: str, proxy: RecordingProxy, tmp_path: Path) -> None:
+    proxy.requests.clear()
+    run = run_agent(proxy.url, strategy, "sync", tmp_path)
+    kinds = {turn.commit for turn in run.turns if turn.is_transform_turn}
+    assert kinds == {CommitKind.SYNC}
+    assert run.stats.warmups == 0 and not proxy.bodies("/completion")
+    assert not any(body.get("is_lookahead") for body in proxy.bodies("/chat/completions"))
