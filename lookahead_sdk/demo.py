@@ -15,8 +15,15 @@ from lookahead_sdk.bench.ttft import TtftBenchConfig, plot, print_table, run_wit
 
 def main(args: argparse.Namespace) -> int:
     out = Path(args.out)
-    config = TtftBenchConfig(agents=args.agents, steps=args.steps, strategies=tuple(args.strategies.split(",")), port=args.port)
-    print(f"lookahead-sdk demo: {len(config.strategies)} strategies x (sync, lookahead) on the embedded engine")
+    config = TtftBenchConfig(
+        agents=args.agents,
+        steps=args.steps,
+        strategies=tuple(args.strategies.split(",")),
+        port=args.port,
+    )
+    print(
+        f"lookahead-sdk demo: {len(config.strategies)} strategies x (sync, lookahead) on the embedded engine"
+    )
     document = asyncio.run(run_with_progress(config))
     json_path = write_json(out / "demo.json", document)
     plot_path = plot(document, out / "demo.png")
@@ -26,8 +33,12 @@ def main(args: argparse.Namespace) -> int:
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
-    parser = subparsers.add_parser("demo", help="run the reference agent, sync vs lookahead, on the embedded engine")
-    parser.add_argument("--out", default="lookahead-demo", help="directory for demo.json and demo.png")
+    parser = subparsers.add_parser(
+        "demo", help="run the reference agent, sync vs lookahead, on the embedded engine"
+    )
+    parser.add_argument(
+        "--out", default="lookahead-demo", help="directory for demo.json and demo.png"
+    )
     parser.add_argument("--agents", type=int, default=1)
     parser.add_argument("--steps", type=int, default=14)
     parser.add_argument("--strategies", default=",".join(STRATEGIES))

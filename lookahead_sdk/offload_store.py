@@ -60,7 +60,9 @@ class OffloadStore:
         return text[offset:end]
 
     def __contains__(self, key: object) -> bool:
-        return isinstance(key, str) and KEY_PATTERN.match(key) is not None and self._path(key).exists()
+        return (
+            isinstance(key, str) and KEY_PATTERN.match(key) is not None and self._path(key).exists()
+        )
 
     def keys(self) -> list[str]:
         return sorted(path.stem for path in self.root.glob("??/*.txt"))

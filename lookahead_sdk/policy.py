@@ -27,10 +27,14 @@ Budget = int | float
 def resolve_budget(value: Budget, window_tokens: int, field_name: str) -> int:
     """An int is tokens; a float in (0, 1] is a fraction of the model's context window."""
     if isinstance(value, bool) or not isinstance(value, int | float):
-        raise TypeError(f"{field_name} must be an int (tokens) or a float fraction of the window, got {value!r}")
+        raise TypeError(
+            f"{field_name} must be an int (tokens) or a float fraction of the window, got {value!r}"
+        )
     if isinstance(value, float):
         if not 0.0 < value <= 1.0:
-            raise ValueError(f"{field_name} as a fraction of the window must be in (0, 1], got {value}")
+            raise ValueError(
+                f"{field_name} as a fraction of the window must be in (0, 1], got {value}"
+            )
         return int(value * window_tokens)
     if value < 0:
         raise ValueError(f"{field_name} must be >= 0 tokens, got {value}")
@@ -54,7 +58,9 @@ class CompletionClient(Protocol):
     """What a transform needs from an LLM (e.g. Summarize). Requests are tagged by the caller's
     contextvar, so a lookahead's summary goes out best-effort and a fallback's latency-critical."""
 
-    async def complete(self, messages: Sequence[Message], *, max_tokens: int, temperature: float) -> Completion: ...
+    async def complete(
+        self, messages: Sequence[Message], *, max_tokens: int, temperature: float
+    ) -> Completion: ...
 
 
 @dataclass
@@ -77,6 +83,9 @@ class TransformContext:
     llm: CompletionClient | None = None
     offload_store: OffloadStore | None = None
     partial_output: PartialOutput | None = None
+    # For a lookahead: tokens expected to arrive between its snapshot and the commit. A transform
+    # that keeps "the most recent N tokens" keeps N minus this, so result + suffix stays ~N.
+    expected_growth_tokens: int = 0
     usage: TransformUsage = field(default_factory=TransformUsage)
 
     def count(self, message: Message) -> int:
@@ -85,13 +94,17 @@ class TransformContext:
     def budget(self, value: Budget, field_name: str) -> int:
         return resolve_budget(value, self.window_tokens, field_name)
 
-    async def complete(self, messages: Sequence[Message], *, max_tokens: int, temperature: float = 0.0) -> str:
+    async def complete(
+        self, messages: Sequence[Message], *, max_tokens: int, temperature: float = 0.0
+    ) -> str:
         if self.llm is None:
             raise RuntimeError(
                 "this policy calls an LLM but the runtime has no `llm`; pass "
                 "LookaheadRuntime(..., llm=OpenAICompletionClient(client, model))"
             )
-        completion = await self.llm.complete(messages, max_tokens=max_tokens, temperature=temperature)
+        completion = await self.llm.complete(
+            messages, max_tokens=max_tokens, temperature=temperature
+        )
         self.usage.llm_calls += 1
         self.usage.prompt_tokens += completion.prompt_tokens
         self.usage.cached_tokens += completion.cached_tokens
@@ -120,12 +133,15 @@ class ContextPolicy(ABC):
 
     def validate(self, window_tokens: int) -> None:
         """Raise ValueError naming the field when the settings cannot work for this window."""
+        return None
 
     def should_lookahead(self, main: MainState, lookahead: LookaheadState) -> bool:
         return False
 
     @abstractmethod
-    async def transform(self, messages: Sequence[Message], ctx: TransformContext) -> TransformResult: ...
+    async def transform(
+        self, messages: Sequence[Message], ctx: TransformContext
+    ) -> TransformResult: ...
 
     @abstractmethod
     def should_commit(self, main: MainState, lookahead: LookaheadState) -> bool: ...
@@ -157,12 +173,16 @@ class Pipeline(ContextPolicy):
         flat: list[ContextPolicy] = []
         for stage in stages:
             if not isinstance(stage, ContextPolicy):
-                raise TypeError(f"Pipeline stages must be ContextPolicy instances, got {type(stage).__name__}")
+                raise TypeError(
+                    f"Pipeline stages must be ContextPolicy instances, got {type(stage).__name__}"
+                )
             flat.extend(stage.stages if isinstance(stage, Pipeline) else (stage,))
         if not flat:
             raise ValueError("Pipeline needs at least one stage")
         if any(stage.commit_mode != "replace" for stage in flat) and len(flat) > 1:
-            raise ValueError("a spawning policy (Isolate) cannot be composed in a Pipeline; run it on its own runtime")
+            raise ValueError(
+                "a spawning policy (Isolate) cannot be composed in a Pipeline; run it on its own runtime"
+            )
         self.stages = tuple(flat)
         self.name = "+".join(stage.name for stage in flat)
 
@@ -173,7 +193,9 @@ class Pipeline(ContextPolicy):
     def should_lookahead(self, main: MainState, lookahead: LookaheadState) -> bool:
         return any(stage.should_lookahead(main, lookahead) for stage in self.stages)
 
-    async def transform(self, messages: Sequence[Message], ctx: TransformContext) -> TransformResult:
+    async def transform(
+        self, messages: Sequence[Message], ctx: TransformContext
+    ) -> TransformResult:
         current = list(messages)
         data: dict[str, Any] = {}
         for stage in self.stages:
@@ -189,7 +211,9 @@ class Pipeline(ContextPolicy):
         return all(stage.should_promote(main, lookahead) for stage in self.stages)
 
     def tokens_until_commit(self, main: MainState) -> int | None:
-        distances = [d for stage in self.stages if (d := stage.tokens_until_commit(main)) is not None]
+        distances = [
+            d for stage in self.stages if (d := stage.tokens_until_commit(main)) is not None
+        ]
         return min(distances, default=None)
 
     def __repr__(self) -> str:
@@ -221,13 +245,13 @@ T = TypeVar("T")
 def context_policy(policy: ContextPolicy) -> Callable[[T], T]:
     """Swap the context policy of an agent in one line.
 
-        @context_policy(Summarize())          # on an agent function: runtimes created inside use it
-        async def run(task): ...
+    @context_policy(Summarize())          # on an agent function: runtimes created inside use it
+    async def run(task): ...
 
-        agent = context_policy(Offload())(agent)   # on an agent / middleware / model context object
+    agent = context_policy(Offload())(agent)   # on an agent / middleware / model context object
 
-        @context_policy(KeepRecent())         # on a class: its instances default to this policy
-        class MyAgent(ReferenceAgent): ...
+    @context_policy(KeepRecent())         # on a class: its instances default to this policy
+    class MyAgent(ReferenceAgent): ...
     """
     if not isinstance(policy, ContextPolicy):
         raise TypeError(

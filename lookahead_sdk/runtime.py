@@ -22,6 +22,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import math
 import time
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, replace
@@ -37,6 +38,7 @@ from lookahead_sdk.policy import (
     TransformResult,
     resolve_policy,
 )
+from lookahead_sdk.slack import FOREGROUND
 from lookahead_sdk.state import LookaheadState, LookaheadStatus, MainState, PartialOutput, Snapshot
 from lookahead_sdk.tags import RequestTags, current_tags, use_tags
 from lookahead_sdk.tokens import TokenCounter
@@ -104,7 +106,9 @@ class GrowthRate:
         if self._last is not None and now > self._last[0] and tokens > self._last[1]:
             rate = (tokens - self._last[1]) / (now - self._last[0])
             previous = self.tokens_per_s
-            self.tokens_per_s = rate if previous is None else previous + self.smoothing * (rate - previous)
+            self.tokens_per_s = (
+                rate if previous is None else previous + self.smoothing * (rate - previous)
+            )
         self._last = (now, tokens)
 
     def seconds_until(self, tokens: int) -> float | None:
@@ -132,11 +136,19 @@ class LookaheadRuntime:
         commit_wait_timeout_s: float | None = 300.0,
         warmup_wait_timeout_s: float | None = 60.0,
     ) -> None:
-        if isinstance(window_tokens, bool) or not isinstance(window_tokens, int) or window_tokens <= 0:
-            raise ValueError(f"window_tokens must be the model's context size as a positive int, got {window_tokens!r}")
+        if (
+            isinstance(window_tokens, bool)
+            or not isinstance(window_tokens, int)
+            or window_tokens <= 0
+        ):
+            raise ValueError(
+                f"window_tokens must be the model's context size as a positive int, got {window_tokens!r}"
+            )
         resolved = resolve_policy(policy, self)
         if resolved is None:
-            raise ValueError("LookaheadRuntime needs a policy: pass policy=... or use @context_policy(...)")
+            raise ValueError(
+                "LookaheadRuntime needs a policy: pass policy=... or use @context_policy(...)"
+            )
         if mode not in ("lookahead", "sync"):
             raise ValueError(f"mode must be 'lookahead' or 'sync', got {mode!r}")
         timeouts = {
@@ -166,8 +178,13 @@ class LookaheadRuntime:
         self._pending_boundary = False
         self._spent_by_group: dict[str, int] = {}
         self._growth = GrowthRate()
-        self._spawned_at: bytes | None = None  # history signature when a spawn-mode policy last committed
+        self._spawned_at: bytes | None = (
+            None  # history signature when a spawn-mode policy last committed
+        )
+        if mode == "lookahead":
+            self._notify_warmer("attach", self.tags.program_id)
         self._closed = False
+        self._committing = False  # no new background work while a commit decides
 
     # -- feeding the live history ------------------------------------------------------------
     def append(self, *messages: Message) -> None:
@@ -195,36 +212,65 @@ class LookaheadRuntime:
 
     async def commit(self) -> CommitOutcome:
         self._check_open()
+        self._committing = True
+        try:
+            return await self._commit()
+        finally:
+            self._committing = False
+
+    async def _commit(self) -> CommitOutcome:
         main, lookahead = self.main, self.lookahead
-        already_spawned = self.policy.commit_mode == "spawn" and self._spawned_at == main.prefix_signature(len(main))
+        already_spawned = (
+            self.policy.commit_mode == "spawn"
+            and self._spawned_at == main.prefix_signature(len(main))
+        )
         if already_spawned or not self.policy.should_commit(main, lookahead):
             return CommitOutcome(CommitKind.NONE, list(main.messages))
         if self.mode == "sync":
             messages, elapsed = await self._transform_now(main.messages)
-            return self._finish_commit(CommitOutcome(CommitKind.SYNC, messages, reason="sync mode", transform_s=elapsed))
+            return await self._finish_commit(
+                CommitOutcome(CommitKind.SYNC, messages, reason="sync mode", transform_s=elapsed)
+            )
         self._drop_if_stale()
         waited = await self._settle_running_job()
-        if lookahead.status is LookaheadStatus.READY and lookahead.covers(main) and lookahead.messages is not None:
+        if (
+            lookahead.status is LookaheadStatus.READY
+            and lookahead.covers(main)
+            and lookahead.messages is not None
+        ):
             end = lookahead.last_segment_end
             result = TransformResult(list(lookahead.messages), dict(lookahead.strategy_data))
             messages = self.policy.assemble(result, main.messages[end:])
             self.stats.hits += 1
             self._spent_by_group.pop(lookahead.group_id or "", None)
             outcome = CommitOutcome(CommitKind.HIT, messages, covered_end=end, waited_s=waited)
+            self._notify_warmer(
+                "committed", self.tags.program_id, replaced=self.policy.commit_mode == "replace"
+            )
             if self.policy.commit_mode == "replace" and self._still_over_limit(messages):
                 # The suffix that arrived since the snapshot kept the context over the limit.
                 self.stats.overflow_transforms += 1
                 messages, elapsed = await self._transform_now(messages)
-                outcome = replace(outcome, messages=messages, reason="overflow", transform_s=elapsed)
-            return self._finish_commit(outcome)
-        reason = "not started" if lookahead.status is LookaheadStatus.IDLE else lookahead.status.value
+                outcome = replace(
+                    outcome, messages=messages, reason="overflow", transform_s=elapsed
+                )
+            return await self._finish_commit(outcome)
+        reason = (
+            "not started" if lookahead.status is LookaheadStatus.IDLE else lookahead.status.value
+        )
         self._waste(lookahead.group_id)
         self.stats.fallbacks += 1
         messages, elapsed = await self._transform_now(main.messages)
-        return self._finish_commit(CommitOutcome(CommitKind.FALLBACK, messages, reason=reason, waited_s=waited, transform_s=elapsed))
+        return await self._finish_commit(
+            CommitOutcome(
+                CommitKind.FALLBACK, messages, reason=reason, waited_s=waited, transform_s=elapsed
+            )
+        )
 
     def _still_over_limit(self, messages: list[Message]) -> bool:
-        probe = MainState(messages, window_tokens=self.main.window_tokens, token_counter=self.main.token_counter)
+        probe = MainState(
+            messages, window_tokens=self.main.window_tokens, token_counter=self.main.token_counter
+        )
         return self.policy.should_commit(probe, LookaheadState())
 
     async def _transform_now(self, messages: Sequence[Message]) -> tuple[list[Message], float]:
@@ -238,8 +284,13 @@ class LookaheadRuntime:
         self.stats.sync_prompt_tokens += ctx.usage.uncached_prompt_tokens
         return result.messages, elapsed
 
-    def _finish_commit(self, outcome: CommitOutcome) -> CommitOutcome:
+    async def _finish_commit(self, outcome: CommitOutcome) -> CommitOutcome:
+        # Work still in flight belongs to the lookahead just committed or dropped: obsolete now.
+        await self._cancel_job()
+        self._pending_boundary = False
         self.stats.commits += 1
+        if self.lookahead.group_id:
+            FOREGROUND.forget(self.lookahead.group_id)
         self.lookahead.reset()
         if self.policy.commit_mode == "replace":
             self.main.replace(outcome.messages)
@@ -263,6 +314,8 @@ class LookaheadRuntime:
                 return 0.0
             lookahead.promoted = True
             self.stats.promotions += 1
+            if lookahead.group_id:
+                FOREGROUND.promote(lookahead.group_id)  # its work waiting at a SlackGate goes now
             timeout = self.commit_wait_timeout_s
             if self.warmer is not None and lookahead.group_id:
                 try:
@@ -310,15 +363,22 @@ class LookaheadRuntime:
     async def _lookahead_job(self, snapshot: Snapshot, group_id: str) -> None:
         lookahead = self.lookahead
         ctx = self._transform_context(is_lookahead=True, partial_output=snapshot.partial_output)
+        ctx.expected_growth_tokens = self._expected_growth_until_commit()
         with use_tags(self.tags.lookahead(group_id, commit_deadline_ms=self._commit_deadline_ms())):
             try:
-                result = await asyncio.wait_for(self.policy.transform(list(snapshot.messages), ctx), self.transform_timeout_s)
+                result = await asyncio.wait_for(
+                    self.policy.transform(list(snapshot.messages), ctx), self.transform_timeout_s
+                )
             except asyncio.CancelledError:
-                self._account(group_id, ctx.usage.uncached_prompt_tokens, ctx.usage.completion_tokens)
+                self._account(
+                    group_id, ctx.usage.uncached_prompt_tokens, ctx.usage.completion_tokens
+                )
                 raise
             except Exception as error:  # a failing lookahead must never break the agent
                 log.warning("lookahead transform %s failed: %r", group_id, error)
-                self._account(group_id, ctx.usage.uncached_prompt_tokens, ctx.usage.completion_tokens)
+                self._account(
+                    group_id, ctx.usage.uncached_prompt_tokens, ctx.usage.completion_tokens
+                )
                 if lookahead.group_id == group_id:
                     self._fail(error)
                 return
@@ -352,7 +412,9 @@ class LookaheadRuntime:
                 raise
             except Exception as error:
                 self.stats.warmup_failures += 1
-                log.warning("warm-up of %s failed (result kept, cache benefit lost): %r", group_id, error)
+                log.warning(
+                    "warm-up of %s failed (result kept, cache benefit lost): %r", group_id, error
+                )
                 return
         self.stats.warmups += 1
         self._account(group_id, outcome.prefilled_tokens, 0)
@@ -365,7 +427,7 @@ class LookaheadRuntime:
             self._job = None
         if not job.cancelled() and job.exception() is not None:
             log.error("lookahead job crashed: %r", job.exception())
-        if self._pending_boundary and not self._closed:
+        if self._pending_boundary and not self._closed and not self._committing:
             self._on_boundary()
 
     def _suffix_to_warm(self) -> bool:
@@ -376,7 +438,10 @@ class LookaheadRuntime:
 
     def _drop_if_stale(self) -> None:
         lookahead = self.lookahead
-        if lookahead.status in (LookaheadStatus.READY, LookaheadStatus.RUNNING) and not lookahead.covers(self.main):
+        if lookahead.status in (
+            LookaheadStatus.READY,
+            LookaheadStatus.RUNNING,
+        ) and not lookahead.covers(self.main):
             self.stats.stale += 1
             lookahead.status = LookaheadStatus.STALE
             if self._job is not None and not self._job.done():
@@ -396,6 +461,18 @@ class LookaheadRuntime:
         if group_id is not None:
             self.stats.wasted_prompt_tokens += self._spent_by_group.pop(group_id, 0)
 
+    def _expected_growth_until_commit(self) -> int:
+        """Tokens the history will likely gain before the commit: whole turns at the measured
+        growth per turn until the policy's trigger. Transforms shrink what they keep by this,
+        so the committed context (result + suffix) is as large as a synchronous one."""
+        remaining = self.policy.tokens_until_commit(self.main)
+        per_turn = self.main.tokens_per_turn
+        if remaining is None:
+            return 0
+        if not per_turn:
+            return remaining
+        return math.ceil(remaining / per_turn) * int(per_turn)
+
     def _commit_deadline_ms(self) -> int | None:
         """When the commit is expected (ms from now), from the policy's distance to its trigger
         and the history's recent growth rate; lets the server order best-effort work by urgency."""
@@ -403,7 +480,9 @@ class LookaheadRuntime:
         seconds = self._growth.seconds_until(remaining) if remaining is not None else None
         return None if seconds is None else int(seconds * 1000)
 
-    def _transform_context(self, *, is_lookahead: bool, partial_output: PartialOutput | None) -> TransformContext:
+    def _transform_context(
+        self, *, is_lookahead: bool, partial_output: PartialOutput | None
+    ) -> TransformContext:
         return TransformContext(
             token_counter=self.main.token_counter,
             window_tokens=self.main.window_tokens,
@@ -443,9 +522,13 @@ class LookaheadRuntime:
         history still matches the prefix it covers (the usual signature check)."""
         self._check_open()
         if not isinstance(state, dict) or state.get("version") != STATE_FORMAT_VERSION:
-            raise ValueError(f"state must be a dict saved by LookaheadRuntime.save_state (version {STATE_FORMAT_VERSION})")
+            raise ValueError(
+                f"state must be a dict saved by LookaheadRuntime.save_state (version {STATE_FORMAT_VERSION})"
+            )
         if state.get("policy") != self.policy.name:
-            raise ValueError(f"state was saved with policy {state.get('policy')!r}, this runtime runs {self.policy.name!r}")
+            raise ValueError(
+                f"state was saved with policy {state.get('policy')!r}, this runtime runs {self.policy.name!r}"
+            )
         if self._job is not None:
             self._job.cancel()
         self.main.replace(state["messages"])
@@ -479,6 +562,16 @@ class LookaheadRuntime:
         self._pending_boundary = False
         await self._cancel_job()
         self._waste(self.lookahead.group_id)
+        if self.lookahead.group_id:
+            FOREGROUND.forget(self.lookahead.group_id)
+        if self.mode == "lookahead":
+            self._notify_warmer("detach", self.tags.program_id)
+
+    def _notify_warmer(self, hook: str, *args: Any, **kwargs: Any) -> None:
+        """Lifecycle hooks (attach / committed / detach) are optional for a warmer."""
+        method = getattr(self.warmer, hook, None)
+        if method is not None:
+            method(*args, **kwargs)
 
     async def __aenter__(self) -> LookaheadRuntime:
         return self

@@ -56,7 +56,9 @@ class MainState:
         token_counter: TokenCounter | None = None,
     ) -> None:
         if not isinstance(window_tokens, int) or window_tokens <= 0:
-            raise ValueError(f"window_tokens must be a positive int (the model's context), got {window_tokens!r}")
+            raise ValueError(
+                f"window_tokens must be a positive int (the model's context), got {window_tokens!r}"
+            )
         self.window_tokens = window_tokens
         self.token_counter = token_counter or auto_token_counter()
         self._messages: list[Message] = []
@@ -145,7 +147,9 @@ class MainState:
     def set_partial_output(self, partial: PartialOutput | None) -> None:
         """The assistant output streaming right now (e.g. a delegation instruction being written)."""
         if partial is not None and not isinstance(partial, PartialOutput):
-            raise TypeError(f"partial output must be a PartialOutput or None, got {type(partial).__name__}")
+            raise TypeError(
+                f"partial output must be a PartialOutput or None, got {type(partial).__name__}"
+            )
         self.partial_output = partial
         self.version += 1
 

@@ -32,7 +32,9 @@ class BackgroundLoop:
 
     def run(self, coroutine: Awaitable[T], timeout_s: float | None = None) -> T:
         if threading.current_thread() is self._thread:
-            raise RuntimeError("blocking call from the runtime's own loop thread would deadlock; use LookaheadRuntime")
+            raise RuntimeError(
+                "blocking call from the runtime's own loop thread would deadlock; use LookaheadRuntime"
+            )
         future: Future[T] = asyncio.run_coroutine_threadsafe(coroutine, self.loop)  # type: ignore[arg-type]
         return future.result(timeout_s)
 

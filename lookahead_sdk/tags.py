@@ -58,7 +58,9 @@ class RequestTags:
         for name in ("commit_deadline_ms", "slo_ttft_ms", "slo_tbt_ms"):
             value = getattr(self, name)
             if value is not None and (not isinstance(value, int) or value < 0):
-                raise ValueError(f"{name} must be a non-negative int of milliseconds or None, got {value!r}")
+                raise ValueError(
+                    f"{name} must be a non-negative int of milliseconds or None, got {value!r}"
+                )
 
     def lookahead(self, group_id: str, *, commit_deadline_ms: int | None = None) -> RequestTags:
         """Tags for best-effort background work of this program."""
@@ -133,7 +135,9 @@ class program:
         timeout_s: float = 5.0,
         **tag_fields: Any,
     ) -> None:
-        self.tags = RequestTags(program_id=program_id or f"prog-{uuid.uuid4().hex[:12]}", **tag_fields)
+        self.tags = RequestTags(
+            program_id=program_id or f"prog-{uuid.uuid4().hex[:12]}", **tag_fields
+        )
         self.release_to = tuple(release_to) if release_to is not None else release_urls_from_env()
         self.timeout_s = timeout_s
         self._token: contextvars.Token[RequestTags | None] | None = None
@@ -143,7 +147,12 @@ class program:
         self._token = _current_tags.set(self.tags)
         return self.tags
 
-    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None) -> None:
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
         self._reset()
         with httpx.Client(timeout=self.timeout_s) as client:
             for base_url in self.release_to:
@@ -152,21 +161,32 @@ class program:
                     client.post(url, json=body, headers=self.tags.headers()).raise_for_status()
                     self.released.append(base_url)
                 except httpx.HTTPError as error:
-                    log.warning("release of program %s at %s failed: %s", self.tags.program_id, url, error)
+                    log.warning(
+                        "release of program %s at %s failed: %s", self.tags.program_id, url, error
+                    )
 
     async def __aenter__(self) -> RequestTags:
         return self.__enter__()
 
-    async def __aexit__(self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None) -> None:
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
         self._reset()
         async with httpx.AsyncClient(timeout=self.timeout_s) as client:
             for base_url in self.release_to:
                 url, body = release_request(base_url, self.tags.program_id)
                 try:
-                    (await client.post(url, json=body, headers=self.tags.headers())).raise_for_status()
+                    (
+                        await client.post(url, json=body, headers=self.tags.headers())
+                    ).raise_for_status()
                     self.released.append(base_url)
                 except httpx.HTTPError as error:
-                    log.warning("release of program %s at %s failed: %s", self.tags.program_id, url, error)
+                    log.warning(
+                        "release of program %s at %s failed: %s", self.tags.program_id, url, error
+                    )
 
     def _reset(self) -> None:
         if self._token is not None:

@@ -20,7 +20,11 @@ class Tool:
     def schema(self) -> dict[str, Any]:
         return {
             "type": "function",
-            "function": {"name": self.name, "description": self.description, "parameters": self.parameters},
+            "function": {
+                "name": self.name,
+                "description": self.description,
+                "parameters": self.parameters,
+            },
         }
 
     async def call(self, arguments: str | dict[str, Any]) -> str:

@@ -11,27 +11,35 @@ Fields the request already carries win over the tags (an explicit per-call `extr
 from __future__ import annotations
 
 import json
+from collections.abc import AsyncIterator, Callable, Iterator
 from typing import Any, Literal
 
 import httpx
 
+from lookahead_sdk.llamacpp_slots import SLOT_PAIRS
+from lookahead_sdk.slack import FOREGROUND, counts_as_foreground, is_generation_path, origin_of
 from lookahead_sdk.tags import PROGRAM_HEADER, RequestTags, current_tags
 
-WireFormat = Literal["openai", "sglang", "vllm"]
-WIRE_FORMATS: tuple[str, ...] = ("openai", "sglang", "vllm")
+WireFormat = Literal["openai", "sglang", "vllm", "llamacpp"]
+WIRE_FORMATS: tuple[str, ...] = ("openai", "sglang", "vllm", "llamacpp")
 
 
-def tag_fields(tags: RequestTags, wire: WireFormat) -> dict[str, Any]:
+def tag_fields(tags: RequestTags, wire: WireFormat, origin: str = "") -> dict[str, Any]:
     if wire == "sglang":
         return {**tags.to_body(), **tags.to_sglang()}
     if wire == "vllm":
         return {**tags.to_body(), **tags.to_vllm()}
+    if wire == "llamacpp":
+        slot = SLOT_PAIRS.slot_for(origin, tags)
+        return {**tags.to_body(), **({"id_slot": slot} if slot is not None else {})}
     return tags.to_body()
 
 
-def merge_tags(body: dict[str, Any], tags: RequestTags, wire: WireFormat) -> dict[str, Any]:
+def merge_tags(
+    body: dict[str, Any], tags: RequestTags, wire: WireFormat, origin: str = ""
+) -> dict[str, Any]:
     merged = dict(body)
-    for key, value in tag_fields(tags, wire).items():
+    for key, value in tag_fields(tags, wire, origin).items():
         if key == "custom_params" and isinstance(merged.get(key), dict):
             merged[key] = {**value, **merged[key]}
         else:
@@ -52,7 +60,7 @@ def tag_request(request: httpx.Request, wire: WireFormat) -> httpx.Request:
         return request
     if not isinstance(body, dict):
         return request
-    content = json.dumps(merge_tags(body, tags, wire)).encode()
+    content = json.dumps(merge_tags(body, tags, wire, origin_of(str(request.url)))).encode()
     headers = httpx.Headers(request.headers)
     headers["content-length"] = str(len(content))
     return httpx.Request(
@@ -66,25 +74,99 @@ def _check_wire(wire: str) -> WireFormat:
     return wire  # type: ignore[return-value]
 
 
+class _CountedSyncStream(httpx.SyncByteStream):
+    def __init__(self, inner: httpx.SyncByteStream, on_close: Callable[[], None]) -> None:
+        self.inner, self.on_close = inner, on_close
+
+    def __iter__(self) -> Iterator[bytes]:
+        yield from self.inner
+
+    def close(self) -> None:
+        try:
+            self.inner.close()
+        finally:
+            self.on_close()
+
+
+class _CountedAsyncStream(httpx.AsyncByteStream):
+    def __init__(self, inner: httpx.AsyncByteStream, on_close: Callable[[], None]) -> None:
+        self.inner, self.on_close = inner, on_close
+
+    async def __aiter__(self) -> AsyncIterator[bytes]:
+        async for chunk in self.inner:
+            yield chunk
+
+    async def aclose(self) -> None:
+        try:
+            await self.inner.aclose()
+        finally:
+            self.on_close()
+
+
+def _once(function: Callable[[], None]) -> Callable[[], None]:
+    done = False
+
+    def call() -> None:
+        nonlocal done
+        if not done:
+            done = True
+            function()
+
+    return call
+
+
+def _foreground_origin(request: httpx.Request) -> str | None:
+    """The origin to count this request against, if it is latency-critical generation."""
+    if request.method == "POST" and is_generation_path(request.url.path) and counts_as_foreground():
+        return origin_of(str(request.url))
+    return None
+
+
 class TaggingTransport(httpx.BaseTransport):
-    def __init__(self, inner: httpx.BaseTransport | None = None, *, wire: WireFormat = "openai") -> None:
+    def __init__(
+        self, inner: httpx.BaseTransport | None = None, *, wire: WireFormat = "openai"
+    ) -> None:
         self.inner = inner or httpx.HTTPTransport()
         self.wire = _check_wire(wire)
 
     def handle_request(self, request: httpx.Request) -> httpx.Response:
-        return self.inner.handle_request(tag_request(request, self.wire))
+        origin = _foreground_origin(request)
+        if origin is None:
+            return self.inner.handle_request(tag_request(request, self.wire))
+        FOREGROUND.begin(origin)
+        end = _once(lambda: FOREGROUND.end(origin))
+        try:
+            response = self.inner.handle_request(tag_request(request, self.wire))
+        except BaseException:
+            end()
+            raise
+        response.stream = _CountedSyncStream(response.stream, end)  # type: ignore[arg-type]
+        return response
 
     def close(self) -> None:
         self.inner.close()
 
 
 class AsyncTaggingTransport(httpx.AsyncBaseTransport):
-    def __init__(self, inner: httpx.AsyncBaseTransport | None = None, *, wire: WireFormat = "openai") -> None:
+    def __init__(
+        self, inner: httpx.AsyncBaseTransport | None = None, *, wire: WireFormat = "openai"
+    ) -> None:
         self.inner = inner or httpx.AsyncHTTPTransport()
         self.wire = _check_wire(wire)
 
     async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
-        return await self.inner.handle_async_request(tag_request(request, self.wire))
+        origin = _foreground_origin(request)
+        if origin is None:
+            return await self.inner.handle_async_request(tag_request(request, self.wire))
+        FOREGROUND.begin(origin)
+        end = _once(lambda: FOREGROUND.end(origin))
+        try:
+            response = await self.inner.handle_async_request(tag_request(request, self.wire))
+        except BaseException:
+            end()
+            raise
+        response.stream = _CountedAsyncStream(response.stream, end)  # type: ignore[arg-type]
+        return response
 
     async def aclose(self) -> None:
         await self.inner.aclose()
@@ -98,6 +180,8 @@ def tagged_http_client(*, wire: WireFormat = "openai", **client_kwargs: Any) -> 
     return httpx.Client(transport=TaggingTransport(wire=wire), **client_kwargs)
 
 
-def tagged_async_http_client(*, wire: WireFormat = "openai", **client_kwargs: Any) -> httpx.AsyncClient:
+def tagged_async_http_client(
+    *, wire: WireFormat = "openai", **client_kwargs: Any
+) -> httpx.AsyncClient:
     client_kwargs.setdefault("timeout", DEFAULT_TIMEOUT)
     return httpx.AsyncClient(transport=AsyncTaggingTransport(wire=wire), **client_kwargs)

@@ -17,7 +17,11 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
 
+import httpx
+
+from lookahead_sdk.llamacpp_slots import SLOT_PAIRS
 from lookahead_sdk.messages import Message
+from lookahead_sdk.slack import SlackGate, origin_of
 from lookahead_sdk.tags import current_tags
 from lookahead_sdk.transport import WireFormat, tagged_async_http_client
 
@@ -53,7 +57,9 @@ class WarmupResult:
 
 @runtime_checkable
 class Warmer(Protocol):
-    async def warm(self, messages: Sequence[Message], *, shape: RequestShape, open_last: bool = False) -> WarmupResult:
+    async def warm(
+        self, messages: Sequence[Message], *, shape: RequestShape, open_last: bool = False
+    ) -> WarmupResult:
         """Prefill `messages`; with open_last, stop right after the last message's content, so a
         longer version of that message still hits the cache (progressive prefill)."""
         ...
@@ -64,16 +70,31 @@ class Warmer(Protocol):
 
     async def aclose(self) -> None: ...
 
+    # Optional lifecycle hooks, called when present: attach(program_id) as a runtime starts
+    # using the warmer; committed(program_id, replaced=bool) after a lookahead commit (replaced:
+    # the warmed context is now the live one); detach(program_id) when the runtime closes.
+
 
 class _HttpWarmer:
     wire: WireFormat = "openai"
 
-    def __init__(self, base_url: str, *, timeout_s: float = 300.0, api_key: str | None = None) -> None:
+    def __init__(
+        self, base_url: str, *, timeout_s: float = 300.0, api_key: str | None = None
+    ) -> None:
         self.server_url = base_url.rstrip("/").removesuffix("/v1")
         headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
         self._client = tagged_async_http_client(wire=self.wire, timeout=timeout_s, headers=headers)
 
     async def promote(self, group_id: str) -> None:
+        return None
+
+    def attach(self, program_id: str) -> None:
+        return None
+
+    def committed(self, program_id: str, *, replaced: bool) -> None:
+        return None
+
+    def detach(self, program_id: str) -> None:
         return None
 
     async def aclose(self) -> None:
@@ -86,9 +107,16 @@ class _HttpWarmer:
 
 
 class OpenAIWarmer(_HttpWarmer):
-    async def warm(self, messages: Sequence[Message], *, shape: RequestShape, open_last: bool = False) -> WarmupResult:
+    async def warm(
+        self, messages: Sequence[Message], *, shape: RequestShape, open_last: bool = False
+    ) -> WarmupResult:
         started = time.perf_counter()
-        body = {**shape.chat_fields(), "messages": list(messages), "max_tokens": 1, "temperature": 0}
+        body = {
+            **shape.chat_fields(),
+            "messages": list(messages),
+            "max_tokens": 1,
+            "temperature": 0,
+        }
         usage = (await self._post("/v1/chat/completions", body)).get("usage") or {}
         details = usage.get("prompt_tokens_details") or {}
         return WarmupResult(
@@ -99,7 +127,48 @@ class OpenAIWarmer(_HttpWarmer):
 
 
 class LlamaCppWarmer(_HttpWarmer):
-    async def render(self, messages: Sequence[Message], shape: RequestShape, *, open_last: bool = False) -> str:
+    """llama.cpp has no request priorities, so with a `SlackGate` the warm-up goes out in chunks
+    of `chunk_tokens`, each only when no foreground request is in flight (slack admission done
+    on the client); each chunk extends the cached prefix of the previous one in the same slot.
+    Programs attached to it get a slot pair (see `llamacpp_slots`): the warm-up is built in the
+    program's branch slot, never over its live context."""
+
+    wire = "llamacpp"
+
+    def __init__(
+        self,
+        base_url: str,
+        *,
+        gate: SlackGate | None = None,
+        chunk_tokens: int = 512,
+        **kwargs: Any,
+    ) -> None:
+        if chunk_tokens < 16:
+            raise ValueError(f"chunk_tokens must be >= 16, got {chunk_tokens}")
+        super().__init__(base_url, **kwargs)
+        self.gate = gate
+        self.chunk_tokens = chunk_tokens
+        self.origin = origin_of(self.server_url)
+        if not SLOT_PAIRS.is_configured(self.origin):
+            try:
+                total = httpx.get(f"{self.server_url}/props", timeout=10).json()["total_slots"]
+                SLOT_PAIRS.configure(self.origin, int(total))
+            except (httpx.HTTPError, ValueError, KeyError, TypeError):
+                pass  # no slot placement: the server's own slot choice applies
+
+    def attach(self, program_id: str) -> None:
+        SLOT_PAIRS.enroll(self.origin, program_id)
+
+    def committed(self, program_id: str, *, replaced: bool) -> None:
+        if replaced:
+            SLOT_PAIRS.swap(self.origin, program_id)
+
+    def detach(self, program_id: str) -> None:
+        SLOT_PAIRS.release(self.origin, program_id)
+
+    async def render(
+        self, messages: Sequence[Message], shape: RequestShape, *, open_last: bool = False
+    ) -> str:
         if not open_last or not messages:
             return await self._apply_template(messages, shape)
         *head, last = messages
@@ -107,21 +176,39 @@ class LlamaCppWarmer(_HttpWarmer):
         rendered = await self._apply_template([*head, marked], shape)
         cut = rendered.rfind(OPEN_MESSAGE_SENTINEL)
         if cut < 0:
-            raise ValueError("the chat template dropped the open message's content; cannot render it open")
+            raise ValueError(
+                "the chat template dropped the open message's content; cannot render it open"
+            )
         return rendered[:cut]
 
     async def _apply_template(self, messages: Sequence[Message], shape: RequestShape) -> str:
         body = {**shape.chat_fields(), "messages": list(messages)}
         return (await self._post("/apply-template", body))["prompt"]
 
-    async def warm(self, messages: Sequence[Message], *, shape: RequestShape, open_last: bool = False) -> WarmupResult:
-        started = time.perf_counter()
-        prompt = await self.render(messages, shape, open_last=open_last)
+    async def _prefill(self, prompt: str | list[int]) -> tuple[int, int]:
         body = {"prompt": prompt, "n_predict": 0, "cache_prompt": True, "temperature": 0}
         timings = (await self._post("/completion", body)).get("timings") or {}
-        prefilled = int(timings.get("prompt_n", 0))
-        cached = int(timings.get("cache_n", 0))
-        return WarmupResult(prompt_tokens=prefilled + cached, cached_tokens=cached, seconds=time.perf_counter() - started)
+        return int(timings.get("prompt_n", 0)), int(timings.get("cache_n", 0))
+
+    async def warm(
+        self, messages: Sequence[Message], *, shape: RequestShape, open_last: bool = False
+    ) -> WarmupResult:
+        started = time.perf_counter()
+        prompt = await self.render(messages, shape, open_last=open_last)
+        if self.gate is None:
+            prefilled, cached = await self._prefill(prompt)
+            return WarmupResult(prefilled + cached, cached, time.perf_counter() - started)
+        ids = (await self._post("/tokenize", {"content": prompt, "parse_special": True}))["tokens"]
+        if not ids:
+            return WarmupResult(0, 0, time.perf_counter() - started)
+        prefilled_total = 0
+        for end in range(
+            min(self.chunk_tokens, len(ids)), len(ids) + self.chunk_tokens, self.chunk_tokens
+        ):
+            await self.gate.wait()
+            prefilled, _ = await self._prefill(ids[: min(end, len(ids))])
+            prefilled_total += prefilled
+        return WarmupResult(len(ids), len(ids) - prefilled_total, time.perf_counter() - started)
 
 
 class SGLangWarmer(_HttpWarmer):
@@ -131,7 +218,9 @@ class SGLangWarmer(_HttpWarmer):
 
     wire = "sglang"
 
-    async def token_ids(self, messages: Sequence[Message], shape: RequestShape, *, open_last: bool = False) -> list[int]:
+    async def token_ids(
+        self, messages: Sequence[Message], shape: RequestShape, *, open_last: bool = False
+    ) -> list[int]:
         ids = await self._tokenize(messages, shape)
         if not (open_last and messages):
             return ids
@@ -153,10 +242,16 @@ class SGLangWarmer(_HttpWarmer):
         custom = tags.to_body() if tags is not None else {}
         return {"max_new_tokens": 0, "temperature": 0, "custom_params": {**custom, **fields}}
 
-    async def warm(self, messages: Sequence[Message], *, shape: RequestShape, open_last: bool = False) -> WarmupResult:
+    async def warm(
+        self, messages: Sequence[Message], *, shape: RequestShape, open_last: bool = False
+    ) -> WarmupResult:
         started = time.perf_counter()
         input_ids = await self.token_ids(messages, shape, open_last=open_last)
-        meta = (await self._post("/generate", {"input_ids": input_ids, "sampling_params": self._sampling()})).get("meta_info") or {}
+        meta = (
+            await self._post(
+                "/generate", {"input_ids": input_ids, "sampling_params": self._sampling()}
+            )
+        ).get("meta_info") or {}
         return WarmupResult(
             prompt_tokens=int(meta.get("prompt_tokens", len(input_ids))),
             cached_tokens=int(meta.get("cached_tokens", 0)),
@@ -165,7 +260,10 @@ class SGLangWarmer(_HttpWarmer):
 
     async def promote(self, group_id: str) -> None:
         """A one-token prefill carrying `promote_group_id` raises the whole group to LC."""
-        await self._post("/generate", {"input_ids": [0], "sampling_params": self._sampling(promote_group_id=group_id)})
+        await self._post(
+            "/generate",
+            {"input_ids": [0], "sampling_params": self._sampling(promote_group_id=group_id)},
+        )
 
 
 def common_prefix_length(first: Sequence[int], second: Sequence[int]) -> int:

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-pytest_plugins = ["lookahead_sdk.engine.testing"]
-
 from lookahead_sdk.tokens import ApproxTokenCounter, CachedTokenCounter
+
+pytest_plugins = ["lookahead_sdk.engine.testing"]
 
 
 @pytest.fixture

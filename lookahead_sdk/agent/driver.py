@@ -11,15 +11,21 @@ from typing import Literal
 
 from lookahead_sdk.agent.llm import ChatClient
 from lookahead_sdk.agent.loop import AgentRun, ReferenceAgent, TurnRecord
-from lookahead_sdk.agent.workload import MAIN_SYSTEM_PROMPT, CodeAnalysisWorkload, Delegation, workload_tools
+from lookahead_sdk.agent.workload import (
+    MAIN_SYSTEM_PROMPT,
+    CodeAnalysisWorkload,
+    Delegation,
+    workload_tools,
+)
 from lookahead_sdk.messages import Message
 from lookahead_sdk.offload_store import OffloadStore
 from lookahead_sdk.policy import ContextPolicy
+from lookahead_sdk.slack import SlackGate
 from lookahead_sdk.strategies import Isolate, KeepRecent, Offload, Summarize
 from lookahead_sdk.tags import program
 from lookahead_sdk.tokens import TokenCounter, auto_token_counter
 from lookahead_sdk.tools import ToolRegistry
-from lookahead_sdk.warmup import make_warmer
+from lookahead_sdk.warmup import LlamaCppWarmer, make_warmer
 
 STRATEGIES: tuple[str, ...] = ("offload", "keep_recent", "summarize", "isolate")
 Mode = Literal["sync", "lookahead"]
@@ -43,7 +49,9 @@ class RunResult:
 
     def add(self, run: AgentRun) -> None:
         for turn in run.turns:
-            (self.transform_ttft_s if turn.is_transform_turn else self.normal_ttft_s).append(turn.ttft_s)
+            (self.transform_ttft_s if turn.is_transform_turn else self.normal_ttft_s).append(
+                turn.ttft_s
+            )
             self.transform_turns += turn.is_transform_turn
             self.cached_prompt_tokens += turn.cached_tokens
             self.prefilled_prompt_tokens += max(0, turn.prompt_tokens - turn.cached_tokens)
@@ -72,7 +80,9 @@ def handover_from_history(plan: Sequence[Delegation]) -> Callable[[Sequence[Mess
     return handover
 
 
-def make_policy(strategy: str, *, store_dir: Path, plan: Sequence[Delegation] = ()) -> ContextPolicy:
+def make_policy(
+    strategy: str, *, store_dir: Path, plan: Sequence[Delegation] = ()
+) -> ContextPolicy:
     if strategy == "offload":
         return Offload(store=OffloadStore(store_dir))
     if strategy == "keep_recent":
@@ -98,25 +108,53 @@ async def run_agents(
     token_counter: TokenCounter | None = None,
     max_tokens: int = 32,
     on_turn: Callable[[TurnRecord], None] | None = None,
+    slack_admission: bool = True,
+    tool_latency_s: float = 0.0,
 ) -> RunResult:
     """`agents` concurrent agents (seeds seed..seed+agents-1), each its own program."""
     if agents < 1:
         raise ValueError(f"agents must be >= 1, got {agents}")
     counter = token_counter or auto_token_counter(base_url)
-    llm = ChatClient(base_url, model=model)
-    warm = make_warmer(warmer, base_url) if mode == "lookahead" else None
+    gate = SlackGate(base_url) if slack_admission else None
+    llm = ChatClient(
+        base_url,
+        model=model,
+        slack_gate=gate,
+        wire="llamacpp" if warmer == "llamacpp" else "openai",
+    )
+    warm = (
+        (
+            LlamaCppWarmer(base_url, gate=gate)
+            if warmer == "llamacpp"
+            else make_warmer(warmer, base_url)
+        )
+        if mode == "lookahead"
+        else None
+    )
     result = RunResult()
     loop = asyncio.get_running_loop()
     started = loop.time()
     with tempfile.TemporaryDirectory(prefix="lookahead-offload-") as store_dir:
 
         async def one_agent(index: int) -> AgentRun:
-            workload = CodeAnalysisWorkload(seed=seed + index, steps=steps, token_counter=counter)
+            workload = CodeAnalysisWorkload(
+                seed=seed + index, steps=steps, token_counter=counter, tool_latency_s=tool_latency_s
+            )
             plan = workload.delegation_plan() if strategy == "isolate" else workload.read_plan()
-            policy = make_policy(strategy, store_dir=Path(store_dir), plan=[p for p in plan if isinstance(p, Delegation)])
+            policy = make_policy(
+                strategy,
+                store_dir=Path(store_dir),
+                plan=[p for p in plan if isinstance(p, Delegation)],
+            )
             agent = ReferenceAgent(
-                llm, ToolRegistry(workload_tools(workload)), policy=policy, mode=mode,
-                window_tokens=window_tokens, warmer=warm, token_counter=counter, max_tokens=max_tokens,
+                llm,
+                ToolRegistry(workload_tools(workload)),
+                policy=policy,
+                mode=mode,
+                window_tokens=window_tokens,
+                warmer=warm,
+                token_counter=counter,
+                max_tokens=max_tokens,
                 on_turn=on_turn,
             )
             async with program(f"{strategy}-{mode}-a{index}-s{seed}", release_to=()):

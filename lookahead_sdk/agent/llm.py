@@ -12,6 +12,7 @@ from openai import AsyncOpenAI
 
 from lookahead_sdk.messages import Message
 from lookahead_sdk.policy import Completion
+from lookahead_sdk.slack import SlackGate
 from lookahead_sdk.transport import WireFormat, tagged_async_http_client
 
 # Called with (text so far, tool name being written or None) as output streams in.
@@ -53,9 +54,11 @@ class ChatClient:
         api_key: str = "not-needed",
         wire: WireFormat = "openai",
         client: AsyncOpenAI | None = None,
+        slack_gate: SlackGate | None = None,
     ) -> None:
         self.base_url = base_url.rstrip("/")
         self.model = model
+        self.slack_gate = slack_gate  # best-effort calls (lookahead summaries) wait for slack
         self.openai = client or AsyncOpenAI(
             base_url=self.base_url if self.base_url.endswith("/v1") else f"{self.base_url}/v1",
             api_key=api_key,
@@ -77,6 +80,8 @@ class ChatClient:
         """`started_at` (perf_counter) is when the caller wanted the answer: TTFT counts from it,
         so a commit done just before the request is part of the measured stall."""
         started = time.perf_counter() if started_at is None else started_at
+        if self.slack_gate is not None:
+            await self.slack_gate.wait()
         stream = await self.openai.chat.completions.create(
             model=self.model,
             messages=list(messages),  # type: ignore[arg-type]
@@ -101,7 +106,10 @@ class ChatClient:
                 if delta.content:
                     text.append(delta.content)
                 for call in delta.tool_calls or ():
-                    slot = calls.setdefault(call.index, {"id": "", "type": "function", "function": {"name": "", "arguments": ""}})
+                    slot = calls.setdefault(
+                        call.index,
+                        {"id": "", "type": "function", "function": {"name": "", "arguments": ""}},
+                    )
                     slot["id"] = call.id or slot["id"]
                     if call.function is not None:
                         slot["function"]["name"] += call.function.name or ""
@@ -110,7 +118,9 @@ class ChatClient:
                 if (delta.content or delta.tool_calls) and first_token_at is None:
                     first_token_at = time.perf_counter()
                 if on_delta is not None and (delta.content or delta.tool_calls):
-                    partial = calls[max(calls)]["function"]["arguments"] if tool_name else "".join(text)
+                    partial = (
+                        calls[max(calls)]["function"]["arguments"] if tool_name else "".join(text)
+                    )
                     maybe = on_delta(partial, tool_name)
                     if inspect.isawaitable(maybe):
                         await maybe
@@ -118,7 +128,8 @@ class ChatClient:
         message: Message = {"role": "assistant", "content": "".join(text) or None}
         if calls:
             message["tool_calls"] = [
-                {**call, "id": call["id"] or f"call_{index}"} for index, call in sorted(calls.items())
+                {**call, "id": call["id"] or f"call_{index}"}
+                for index, call in sorted(calls.items())
             ]
         prompt, cached, completion = usage_numbers(usage, extra)
         return ChatResult(
@@ -130,7 +141,9 @@ class ChatClient:
             completion_tokens=completion,
         )
 
-    async def complete(self, messages: Sequence[Message], *, max_tokens: int, temperature: float) -> Completion:
+    async def complete(
+        self, messages: Sequence[Message], *, max_tokens: int, temperature: float
+    ) -> Completion:
         result = await self.chat(messages, max_tokens=max_tokens, temperature=temperature)
         return Completion(
             text=result.message.get("content") or "",

@@ -14,6 +14,7 @@ from lookahead_sdk.messages import Message
 from lookahead_sdk.offload_store import OffloadStore
 from lookahead_sdk.policy import ContextPolicy, resolve_policy
 from lookahead_sdk.runtime import CommitKind, LookaheadRuntime, RuntimeMode, RuntimeStats
+from lookahead_sdk.tags import current_tags, use_tags
 from lookahead_sdk.tokens import TokenCounter
 from lookahead_sdk.tools import ToolRegistry
 from lookahead_sdk.warmup import RequestShape, Warmer
@@ -46,7 +47,11 @@ def tool_message(call: dict[str, Any], content: str) -> Message:
 
 
 def planned_tool_call(call: PlannedCall, call_id: str) -> dict[str, Any]:
-    return {"id": call_id, "type": "function", "function": {"name": call.name, "arguments": json.dumps(call.arguments)}}
+    return {
+        "id": call_id,
+        "type": "function",
+        "function": {"name": call.name, "arguments": json.dumps(call.arguments)},
+    }
 
 
 @dataclass
@@ -75,35 +80,62 @@ class ReferenceAgent:
     def new_runtime(self, messages: Sequence[Message]) -> LookaheadRuntime:
         policy = resolve_policy(self.policy, self)
         if policy is None:
-            raise ValueError("ReferenceAgent needs a context policy: policy=... or @context_policy(...)")
+            raise ValueError(
+                "ReferenceAgent needs a context policy: policy=... or @context_policy(...)"
+            )
         return LookaheadRuntime(
-            policy, mode=self.mode, messages=messages, window_tokens=self.window_tokens,
-            token_counter=self.token_counter, llm=self.llm, warmer=self.warmer,
-            shape=RequestShape(self.llm.model, tuple(self.tools.schemas()) if self.send_tools else None),
+            policy,
+            mode=self.mode,
+            messages=messages,
+            window_tokens=self.window_tokens,
+            token_counter=self.token_counter,
+            llm=self.llm,
+            warmer=self.warmer,
+            shape=RequestShape(
+                self.llm.model, tuple(self.tools.schemas()) if self.send_tools else None
+            ),
             offload_store=self.offload_store,
         )
 
-    async def run(self, system: str, task: str, *, plan: Sequence[Step] | None = None, max_steps: int = 50) -> AgentRun:
+    async def run(
+        self, system: str, task: str, *, plan: Sequence[Step] | None = None, max_steps: int = 50
+    ) -> AgentRun:
         record = AgentRun()
-        async with self.new_runtime([{"role": "system", "content": system}, {"role": "user", "content": task}]) as runtime:
+        async with self.new_runtime(
+            [{"role": "system", "content": system}, {"role": "user", "content": task}]
+        ) as runtime:
             for step in range(len(plan) if plan is not None else max_steps):
                 planned = plan[step] if plan is not None else None
                 if isinstance(planned, Delegation):
                     await self._delegate(runtime, planned, step, record)
                     continue
                 result = await self._model_turn(runtime, "main", step, record)
-                calls = [planned_tool_call(planned, f"call_{step}")] if planned else result.message.get("tool_calls", [])
+                calls = (
+                    [planned_tool_call(planned, f"call_{step}")]
+                    if planned
+                    else result.message.get("tool_calls", [])
+                )
                 runtime.append({**result.message, "tool_calls": calls} if calls else result.message)
                 if not calls:
                     break
                 for call in calls:
-                    output = await self.tools.call(call["function"]["name"], call["function"]["arguments"])
+                    output = await self.tools.call(
+                        call["function"]["name"], call["function"]["arguments"]
+                    )
                     runtime.append(tool_message(call, output))
                 await runtime.boundary()
             record.stats, record.messages = runtime.stats, list(runtime.main.messages)
         return record
 
-    async def _model_turn(self, runtime: LookaheadRuntime, agent: str, step: int, record: AgentRun, *, stream_tool: str | None = None) -> ChatResult:
+    async def _model_turn(
+        self,
+        runtime: LookaheadRuntime,
+        agent: str,
+        step: int,
+        record: AgentRun,
+        *,
+        stream_tool: str | None = None,
+    ) -> ChatResult:
         started = time.perf_counter()
         outcome = await runtime.commit() if runtime.policy.commit_mode == "replace" else None
         messages = outcome.messages if outcome else list(runtime.main.messages)
@@ -123,18 +155,47 @@ class ReferenceAgent:
         self._record(record, agent, step, result, commit, runtime.main.tokens)
         return result
 
-    async def _delegate(self, runtime: LookaheadRuntime, delegation: Delegation, step: int, record: AgentRun) -> None:
+    async def _delegate(
+        self, runtime: LookaheadRuntime, delegation: Delegation, step: int, record: AgentRun
+    ) -> None:
         runtime.append({"role": "user", "content": delegation.prompt})
         result = await self._model_turn(runtime, "main", step, record, stream_tool="delegate")
-        call = planned_tool_call(PlannedCall("delegate", {"instruction": result.message.get("content") or ""}), f"call_{step}")
+        call = planned_tool_call(
+            PlannedCall("delegate", {"instruction": result.message.get("content") or ""}),
+            f"call_{step}",
+        )
         runtime.append({"role": "assistant", "content": None, "tool_calls": [call]})
         started = time.perf_counter()
         outcome = await runtime.commit()
-        answer = await self._run_subagent(outcome.messages, delegation, step, started, outcome.kind, record)
+        answer = await self._run_subagent(
+            outcome.messages, delegation, step, started, outcome.kind, record
+        )
         runtime.append(tool_message(call, answer))
         await runtime.boundary()
 
-    async def _run_subagent(self, context: list[Message], delegation: Delegation, step: int, started: float, commit: CommitKind, record: AgentRun) -> str:
+    async def _run_subagent(
+        self,
+        context: list[Message],
+        delegation: Delegation,
+        step: int,
+        started: float,
+        commit: CommitKind,
+        record: AgentRun,
+    ) -> str:
+        parent = current_tags()
+        child = replace(parent, program_id=f"{parent.program_id}/sub{step}") if parent else None
+        with use_tags(child):  # the sub-agent is its own program, with its own context
+            return await self._subagent_turns(context, delegation, step, started, commit, record)
+
+    async def _subagent_turns(
+        self,
+        context: list[Message],
+        delegation: Delegation,
+        step: int,
+        started: float,
+        commit: CommitKind,
+        record: AgentRun,
+    ) -> str:
         messages = list(context)
         for index, planned in enumerate([*delegation.subagent_calls, None]):
             result = await self.llm.chat(messages, max_tokens=self.max_tokens, started_at=started)
@@ -142,14 +203,30 @@ class ReferenceAgent:
             if planned is None:
                 return result.message.get("content") or ""
             call = planned_tool_call(planned, f"sub_{step}_{index}")
-            messages += [{**result.message, "tool_calls": [call]}, tool_message(call, await self.tools.call(planned.name, planned.arguments))]
+            messages += [
+                {**result.message, "tool_calls": [call]},
+                tool_message(call, await self.tools.call(planned.name, planned.arguments)),
+            ]
             started = time.perf_counter()
         return ""
 
-    def _record(self, record: AgentRun, agent: str, step: int, result: ChatResult, commit: CommitKind, context_tokens: int) -> None:
+    def _record(
+        self,
+        record: AgentRun,
+        agent: str,
+        step: int,
+        result: ChatResult,
+        commit: CommitKind,
+        context_tokens: int,
+    ) -> None:
         turn = TurnRecord(
-            agent=agent, step=step, ttft_s=result.ttft_s, commit=commit, context_tokens=context_tokens,
-            prompt_tokens=result.prompt_tokens, cached_tokens=result.cached_tokens,
+            agent=agent,
+            step=step,
+            ttft_s=result.ttft_s,
+            commit=commit,
+            context_tokens=context_tokens,
+            prompt_tokens=result.prompt_tokens,
+            cached_tokens=result.cached_tokens,
         )
         record.turns.append(turn)
         if self.on_turn is not None:

@@ -8,9 +8,10 @@ real generations.
 
 from __future__ import annotations
 
+import asyncio
 import random
 import sysconfig
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -20,12 +21,39 @@ from lookahead_sdk.tools import Tool
 
 # Sizeable, stable, pure-Python stdlib modules.
 CORPUS_MODULES: tuple[str, ...] = (
-    "argparse.py", "ast.py", "calendar.py", "configparser.py", "csv.py", "dataclasses.py",
-    "difflib.py", "enum.py", "fractions.py", "functools.py", "gettext.py", "heapq.py",
-    "inspect.py", "ipaddress.py", "json/decoder.py", "json/encoder.py", "logging/__init__.py",
-    "mailbox.py", "pathlib.py", "pickle.py", "pprint.py", "shlex.py", "shutil.py", "statistics.py",
-    "string.py", "tarfile.py", "textwrap.py", "threading.py", "tokenize.py", "typing.py",
-    "urllib/parse.py", "uuid.py", "zipfile.py",
+    "argparse.py",
+    "ast.py",
+    "calendar.py",
+    "configparser.py",
+    "csv.py",
+    "dataclasses.py",
+    "difflib.py",
+    "enum.py",
+    "fractions.py",
+    "functools.py",
+    "gettext.py",
+    "heapq.py",
+    "inspect.py",
+    "ipaddress.py",
+    "json/decoder.py",
+    "json/encoder.py",
+    "logging/__init__.py",
+    "mailbox.py",
+    "pathlib.py",
+    "pickle.py",
+    "pprint.py",
+    "shlex.py",
+    "shutil.py",
+    "statistics.py",
+    "string.py",
+    "tarfile.py",
+    "textwrap.py",
+    "threading.py",
+    "tokenize.py",
+    "typing.py",
+    "urllib/parse.py",
+    "uuid.py",
+    "zipfile.py",
 )
 
 MAIN_SYSTEM_PROMPT = (
@@ -45,17 +73,25 @@ def corpus_root() -> Path:
     return Path(sysconfig.get_paths()["stdlib"])
 
 
-def read_source_tool(root: Path) -> Tool:
-    """A real file-reading tool confined to `root`."""
+def read_source_tool(root: Path, latency_s: Callable[[], float] | None = None) -> Tool:
+    """A real file-reading tool confined to `root`. `latency_s` models where the tool runs: a
+    remote sandbox answers after a round trip and its own execution time, not instantly."""
 
-    def read_source(path: str, start_line: int = 1, end_line: int | None = None) -> str:
+    def read_lines(path: str, start_line: int = 1, end_line: int | None = None) -> str:
         target = (root / path).resolve()
         if not target.is_relative_to(root.resolve()) or not target.is_file():
             raise ValueError(f"no source file {path!r} under {root}")
         lines = target.read_text(encoding="utf-8", errors="replace").splitlines()
         end = len(lines) if end_line is None else min(end_line, len(lines))
-        body = "\n".join(f"{number:5d}  {lines[number - 1]}" for number in range(max(1, start_line), end + 1))
+        body = "\n".join(
+            f"{number:5d}  {lines[number - 1]}" for number in range(max(1, start_line), end + 1)
+        )
         return f"# {path} lines {start_line}-{end}\n{body}"
+
+    async def read_source(path: str, start_line: int = 1, end_line: int | None = None) -> str:
+        if latency_s is not None:
+            await asyncio.sleep(latency_s())
+        return read_lines(path, start_line, end_line)
 
     return Tool(
         name="read_source",
@@ -114,17 +150,24 @@ class CodeAnalysisWorkload:
     token_counter: TokenCounter
     tokens_per_output: tuple[int, int] = (600, 650)
     handover_tokens: int = 700
+    tool_latency_s: float = 0.0  # mean; each call takes 0.5x-1.5x of it (seeded)
     root: Path = field(default_factory=corpus_root)
 
     def __post_init__(self) -> None:
         if self.steps < 1:
             raise ValueError(f"steps must be >= 1, got {self.steps}")
         low, high = self.tokens_per_output
+        if self.tool_latency_s < 0:
+            raise ValueError(f"tool_latency_s must be >= 0 seconds, got {self.tool_latency_s}")
         if not 0 < low <= high:
-            raise ValueError(f"tokens_per_output must be (low, high) with 0 < low <= high, got {self.tokens_per_output}")
+            raise ValueError(
+                f"tokens_per_output must be (low, high) with 0 < low <= high, got {self.tokens_per_output}"
+            )
         self.modules = [m for m in CORPUS_MODULES if (self.root / m).is_file()]
         if len(self.modules) < 4:
-            raise FileNotFoundError(f"too few corpus modules under {self.root}; is this a full CPython install?")
+            raise FileNotFoundError(
+                f"too few corpus modules under {self.root}; is this a full CPython install?"
+            )
         self._lines: dict[str, list[str]] = {}
 
     def task(self) -> str:
@@ -144,12 +187,21 @@ class CodeAnalysisWorkload:
         for _ in range(self.steps):
             module = rng.choice(self.modules)
             calls = tuple(self._chunk_call(rng, module) for _ in range(reads_per_subagent))
-            plan.append(Delegation(module, DELEGATE_PROMPT.format(module=module), SUBAGENT_ROLE + self._outline(module), calls))
+            plan.append(
+                Delegation(
+                    module,
+                    DELEGATE_PROMPT.format(module=module),
+                    SUBAGENT_ROLE + self._outline(module),
+                    calls,
+                )
+            )
         return plan
 
     def _source_lines(self, module: str) -> list[str]:
         if module not in self._lines:
-            self._lines[module] = (self.root / module).read_text(encoding="utf-8", errors="replace").splitlines()
+            self._lines[module] = (
+                (self.root / module).read_text(encoding="utf-8", errors="replace").splitlines()
+            )
         return self._lines[module]
 
     def _chunk_call(self, rng: random.Random, module: str | None = None) -> PlannedCall:
@@ -164,7 +216,9 @@ class CodeAnalysisWorkload:
                 break
             tokens += line_tokens
             end += 1
-        return PlannedCall("read_source", {"path": module, "start_line": start + 1, "end_line": end})
+        return PlannedCall(
+            "read_source", {"path": module, "start_line": start + 1, "end_line": end}
+        )
 
     def _outline(self, module: str) -> str:
         """Docstring head, imports and signatures of a module, within `handover_tokens`."""
@@ -182,4 +236,9 @@ class CodeAnalysisWorkload:
 
 
 def workload_tools(workload: CodeAnalysisWorkload) -> Sequence[Tool]:
-    return (read_source_tool(workload.root),)
+    if not workload.tool_latency_s:
+        return (read_source_tool(workload.root),)
+    rng = random.Random(workload.seed + 7919)
+    return (
+        read_source_tool(workload.root, lambda: workload.tool_latency_s * rng.uniform(0.5, 1.5)),
+    )

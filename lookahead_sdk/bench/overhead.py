@@ -42,7 +42,14 @@ def history(context_tokens: int, messages: int) -> list[Message]:
 def new_messages(turn: int, count: int) -> list[Message]:
     """The messages of one turn; unique text per turn so no count is served from a cache."""
     base: list[Message] = [{"role": "assistant", "content": f"turn {turn}: reading the next chunk"}]
-    tools = [{"role": "user", "content": f"[{turn}.{j}] " + " ".join(f"def f{turn}_{j}_{k}(x): return x" for k in range(TOOL_OUTPUT_WORDS // 5))} for j in range(count - 1)]
+    tools = [
+        {
+            "role": "user",
+            "content": f"[{turn}.{j}] "
+            + " ".join(f"def f{turn}_{j}_{k}(x): return x" for k in range(TOOL_OUTPUT_WORDS // 5)),
+        }
+        for j in range(count - 1)
+    ]
     return base + tools
 
 
@@ -61,7 +68,9 @@ async def measure(context_tokens: int, new_count: int, turns: int) -> OverheadRe
     counter = auto_token_counter()
     messages = history(context_tokens, HISTORY_MESSAGES)
     # A window so large that no trigger fires: this measures bookkeeping, not transforms.
-    runtime = LookaheadRuntime(Summarize(), messages=messages, window_tokens=context_tokens * 8, token_counter=counter)
+    runtime = LookaheadRuntime(
+        Summarize(), messages=messages, window_tokens=context_tokens * 8, token_counter=counter
+    )
     size = len(runtime.main)
     samples: list[float] = []
     for turn in range(turns):
@@ -74,8 +83,13 @@ async def measure(context_tokens: int, new_count: int, turns: int) -> OverheadRe
         runtime.main.truncate(size)  # keep the history at its size (not timed)
     await runtime.aclose()
     return OverheadResult(
-        context_tokens=context_tokens, history_messages=HISTORY_MESSAGES, new_messages=new_count, turns=turns,
-        p50_ms=percentile(samples, 50), p99_ms=percentile(samples, 99), samples_ms=samples,
+        context_tokens=context_tokens,
+        history_messages=HISTORY_MESSAGES,
+        new_messages=new_count,
+        turns=turns,
+        p50_ms=percentile(samples, 50),
+        p99_ms=percentile(samples, 99),
+        samples_ms=samples,
     )
 
 
@@ -103,16 +117,28 @@ def plot(document: dict, path: Path) -> None:
     left, right = axes[0]
     contexts = document["by_context"]
     labels = [f"{r['context_tokens'] // 1024}K" for r in contexts]
-    left.bar([i - 0.2 for i in range(len(labels))], [r["p50_ms"] for r in contexts], 0.4, label="p50")
-    left.bar([i + 0.2 for i in range(len(labels))], [r["p99_ms"] for r in contexts], 0.4, label="p99")
+    left.bar(
+        [i - 0.2 for i in range(len(labels))], [r["p50_ms"] for r in contexts], 0.4, label="p50"
+    )
+    left.bar(
+        [i + 0.2 for i in range(len(labels))], [r["p99_ms"] for r in contexts], 0.4, label="p99"
+    )
     left.axhline(document["target_p50_ms"], color="red", linestyle="--", label="p50 target")
     left.set_xticks(range(len(labels)), labels)
-    left.set(title="per turn vs history (200 messages, 2 new)", xlabel="history tokens", ylabel="ms")
+    left.set(
+        title="per turn vs history (200 messages, 2 new)", xlabel="history tokens", ylabel="ms"
+    )
     left.legend()
     news = document["by_new_messages"]
-    right.plot([r["new_messages"] for r in news], [r["p50_ms"] for r in news], marker="o", label="p50")
-    right.plot([r["new_messages"] for r in news], [r["p99_ms"] for r in news], marker="o", label="p99")
-    right.set(title="per turn vs new messages (32K history)", xlabel="new messages per turn", ylabel="ms")
+    right.plot(
+        [r["new_messages"] for r in news], [r["p50_ms"] for r in news], marker="o", label="p50"
+    )
+    right.plot(
+        [r["new_messages"] for r in news], [r["p99_ms"] for r in news], marker="o", label="p99"
+    )
+    right.set(
+        title="per turn vs new messages (32K history)", xlabel="new messages per turn", ylabel="ms"
+    )
     right.legend()
     save_figure(figure, path)
 
@@ -123,9 +149,13 @@ def main(args: argparse.Namespace) -> int:
     if args.plot:
         plot(document, Path(args.plot))
     for r in document["by_context"]:
-        print(f"{r['context_tokens'] // 1024:>4}K history, {r['new_messages']} new: p50 {r['p50_ms']:.3f} ms  p99 {r['p99_ms']:.3f} ms")
+        print(
+            f"{r['context_tokens'] // 1024:>4}K history, {r['new_messages']} new: p50 {r['p50_ms']:.3f} ms  p99 {r['p99_ms']:.3f} ms"
+        )
     for r in document["by_new_messages"]:
-        print(f" 32K history, {r['new_messages']} new: p50 {r['p50_ms']:.3f} ms  p99 {r['p99_ms']:.3f} ms")
+        print(
+            f" 32K history, {r['new_messages']} new: p50 {r['p50_ms']:.3f} ms  p99 {r['p99_ms']:.3f} ms"
+        )
     return 0
 
 

@@ -42,7 +42,9 @@ class TtftBenchConfig:
         if unknown:
             raise ValueError(f"strategies must be among {STRATEGIES}, got {sorted(unknown)}")
         if self.agents < 1 or self.steps < 1:
-            raise ValueError(f"agents and steps must be >= 1, got agents={self.agents} steps={self.steps}")
+            raise ValueError(
+                f"agents and steps must be >= 1, got agents={self.agents} steps={self.steps}"
+            )
 
 
 class EmbeddedEngine:
@@ -73,7 +75,11 @@ class EmbeddedEngine:
 
 def server_facts(base_url: str) -> dict[str, Any]:
     """Model name and per-slot context from the server, where it says."""
-    facts: dict[str, Any] = {"model": "default", "window_tokens": None, "engine": "openai-compatible"}
+    facts: dict[str, Any] = {
+        "model": "default",
+        "window_tokens": None,
+        "engine": "openai-compatible",
+    }
     with httpx.Client(timeout=10) as client:
         try:
             models = client.get(f"{base_url}/v1/models").json().get("data") or []
@@ -95,13 +101,19 @@ def erase_llamacpp_slots(base_url: str) -> bool:
         with httpx.Client(timeout=30) as client:
             slots = client.get(f"{base_url}/slots").json()
             for slot in slots:
-                client.post(f"{base_url}/slots/{slot['id']}", params={"action": "erase"}).raise_for_status()
+                client.post(
+                    f"{base_url}/slots/{slot['id']}", params={"action": "erase"}
+                ).raise_for_status()
         return True
     except (httpx.HTTPError, ValueError, KeyError, TypeError):
         return False
 
 
-async def run_ttft_bench(config: TtftBenchConfig, on_turn: Callable[[TurnRecord], None] | None = None, on_run: Callable[[str, str], None] | None = None) -> dict[str, Any]:
+async def run_ttft_bench(
+    config: TtftBenchConfig,
+    on_turn: Callable[[TurnRecord], None] | None = None,
+    on_run: Callable[[str, str], None] | None = None,
+) -> dict[str, Any]:
     engine = EmbeddedEngine(config.agents, config.port) if config.base_url is None else None
     base_url = engine.restart() if engine else str(config.base_url).rstrip("/").removesuffix("/v1")
     try:
@@ -109,11 +121,20 @@ async def run_ttft_bench(config: TtftBenchConfig, on_turn: Callable[[TurnRecord]
         window = config.window_tokens or facts["window_tokens"]
         if window is None:
             raise ValueError("the server does not report its context window: pass --window TOKENS")
-        warmer = config.warmer or ("llamacpp" if engine or "llama.cpp" in facts["engine"] else "openai")
+        warmer = config.warmer or (
+            "llamacpp" if engine or "llama.cpp" in facts["engine"] else "openai"
+        )
         document: dict[str, Any] = {
-            "engine": facts["engine"], "model": facts["model"], "agents": config.agents, "steps": config.steps,
-            "window_tokens": window, "warmer": warmer, "seed": config.seed, "max_tokens": config.max_tokens,
-            "machine": f"{platform.machine()}, {__import__('os').cpu_count()} CPUs", "strategies": {},
+            "engine": facts["engine"],
+            "model": facts["model"],
+            "agents": config.agents,
+            "steps": config.steps,
+            "window_tokens": window,
+            "warmer": warmer,
+            "seed": config.seed,
+            "max_tokens": config.max_tokens,
+            "machine": f"{platform.machine()}, {__import__('os').cpu_count()} CPUs",
+            "strategies": {},
         }
         for strategy in config.strategies:
             runs: dict[str, Any] = {}
@@ -125,9 +146,17 @@ async def run_ttft_bench(config: TtftBenchConfig, on_turn: Callable[[TurnRecord]
                 elif engine is None:
                     erase_llamacpp_slots(base_url)
                 result: RunResult = await run_agents(
-                    base_url, strategy=strategy, mode=mode, agents=config.agents, steps=config.steps,
-                    window_tokens=window, warmer=warmer, seed=config.seed, model=facts["model"],
-                    max_tokens=config.max_tokens, on_turn=on_turn,
+                    base_url,
+                    strategy=strategy,
+                    mode=mode,
+                    agents=config.agents,
+                    steps=config.steps,
+                    window_tokens=window,
+                    warmer=warmer,
+                    seed=config.seed,
+                    model=facts["model"],
+                    max_tokens=config.max_tokens,
+                    on_turn=on_turn,
                 )
                 runs[mode] = result.to_json()
             document["strategies"][strategy] = runs
@@ -148,23 +177,30 @@ def summary_rows(document: dict[str, Any]) -> list[dict[str, Any]]:
     for name, runs in document["strategies"].items():
         sync, look = runs["sync"], runs["lookahead"]
         sync_t, look_t = p50(sync["transform_ttft_s"]), p50(look["transform_ttft_s"])
-        rows.append({
-            "strategy": name,
-            "sync_transform_p50_s": sync_t,
-            "lookahead_transform_p50_s": look_t,
-            "ratio": look_t / sync_t if sync_t else float("nan"),
-            "reduction": 1 - look_t / sync_t if sync_t else float("nan"),
-            "sync_normal_p50_s": p50(sync["normal_ttft_s"]),
-            "lookahead_normal_p50_s": p50(look["normal_ttft_s"]),
-            "transform_vs_normal": look_t / p50(look["normal_ttft_s"]) if look["normal_ttft_s"] else float("nan"),
-            "transform_turns": look["transform_turns"],
-            "hit_rate": look["lookahead_hits"] / look["transform_turns"] if look["transform_turns"] else float("nan"),
-            "stale": look["stale"],
-            "fallbacks": look["fallbacks"],
-            "extra_prompt_tokens": look["extra_prompt_tokens"],
-            "net_extra_prompt_tokens": look["prefilled_prompt_tokens"] - sync["prefilled_prompt_tokens"],
-            "wasted_prompt_tokens": look["wasted_prompt_tokens"],
-        })
+        rows.append(
+            {
+                "strategy": name,
+                "sync_transform_p50_s": sync_t,
+                "lookahead_transform_p50_s": look_t,
+                "ratio": look_t / sync_t if sync_t else float("nan"),
+                "reduction": 1 - look_t / sync_t if sync_t else float("nan"),
+                "sync_normal_p50_s": p50(sync["normal_ttft_s"]),
+                "lookahead_normal_p50_s": p50(look["normal_ttft_s"]),
+                "transform_vs_normal": look_t / p50(look["normal_ttft_s"])
+                if look["normal_ttft_s"]
+                else float("nan"),
+                "transform_turns": look["transform_turns"],
+                "hit_rate": look["lookahead_hits"] / look["transform_turns"]
+                if look["transform_turns"]
+                else float("nan"),
+                "stale": look["stale"],
+                "fallbacks": look["fallbacks"],
+                "extra_prompt_tokens": look["extra_prompt_tokens"],
+                "net_extra_prompt_tokens": look["prefilled_prompt_tokens"]
+                - sync["prefilled_prompt_tokens"],
+                "wasted_prompt_tokens": look["wasted_prompt_tokens"],
+            }
+        )
     return rows
 
 
@@ -172,22 +208,47 @@ def print_table(document: dict[str, Any]) -> None:
     from rich.console import Console
     from rich.table import Table
 
-    table = Table(title=f"Transform-turn TTFT, {document['agents']} agent(s), {document['steps']} steps, {document['model']}")
-    for column in ("strategy", "sync T p50", "lookahead T p50", "reduction", "sync N p50", "lookahead N p50", "T/N", "hits", "stale", "fallbacks", "extra tok", "net extra tok"):
+    table = Table(
+        title=f"Transform-turn TTFT, {document['agents']} agent(s), {document['steps']} steps, {document['model']}"
+    )
+    for column in (
+        "strategy",
+        "sync T p50",
+        "lookahead T p50",
+        "reduction",
+        "sync N p50",
+        "lookahead N p50",
+        "T/N",
+        "hits",
+        "stale",
+        "fallbacks",
+        "extra tok",
+        "net extra tok",
+    ):
         table.add_column(column, justify="right")
     rows = summary_rows(document)
     for row in rows:
         table.add_row(
-            row["strategy"], f"{row['sync_transform_p50_s']:.2f}s", f"{row['lookahead_transform_p50_s']:.2f}s",
-            f"{row['reduction']:.0%}", f"{row['sync_normal_p50_s']:.2f}s", f"{row['lookahead_normal_p50_s']:.2f}s",
-            f"{row['transform_vs_normal']:.2f}x", f"{row['hit_rate']:.0%} of {row['transform_turns']}", str(row["stale"]),
-            str(row["fallbacks"]), str(row["extra_prompt_tokens"]), str(row["net_extra_prompt_tokens"]),
+            row["strategy"],
+            f"{row['sync_transform_p50_s']:.2f}s",
+            f"{row['lookahead_transform_p50_s']:.2f}s",
+            f"{row['reduction']:.0%}",
+            f"{row['sync_normal_p50_s']:.2f}s",
+            f"{row['lookahead_normal_p50_s']:.2f}s",
+            f"{row['transform_vs_normal']:.2f}x",
+            f"{row['hit_rate']:.0%} of {row['transform_turns']}",
+            str(row["stale"]),
+            str(row["fallbacks"]),
+            str(row["extra_prompt_tokens"]),
+            str(row["net_extra_prompt_tokens"]),
         )
     console = Console()
     console.print(table)
     reductions = [row["reduction"] for row in rows]
     if reductions:
-        console.print(f"mean transform-turn TTFT reduction: {sum(reductions) / len(reductions):.0%}")
+        console.print(
+            f"mean transform-turn TTFT reduction: {sum(reductions) / len(reductions):.0%}"
+        )
 
 
 def plot(document: dict[str, Any], path: str | Path) -> Path:
@@ -196,20 +257,55 @@ def plot(document: dict[str, Any], path: str | Path) -> Path:
     rows = summary_rows(document)
     names = [row["strategy"] for row in rows]
     xs = range(len(names))
-    left.bar([x - 0.2 for x in xs], [row["sync_transform_p50_s"] for row in rows], 0.4, label="sync transform turn")
-    left.bar([x + 0.2 for x in xs], [row["lookahead_transform_p50_s"] for row in rows], 0.4, label="lookahead transform turn")
-    left.scatter([x + 0.2 for x in xs], [row["lookahead_normal_p50_s"] for row in rows], color="black", marker="_", s=400, label="lookahead normal turn", zorder=3)
+    left.bar(
+        [x - 0.2 for x in xs],
+        [row["sync_transform_p50_s"] for row in rows],
+        0.4,
+        label="sync transform turn",
+    )
+    left.bar(
+        [x + 0.2 for x in xs],
+        [row["lookahead_transform_p50_s"] for row in rows],
+        0.4,
+        label="lookahead transform turn",
+    )
+    left.scatter(
+        [x + 0.2 for x in xs],
+        [row["lookahead_normal_p50_s"] for row in rows],
+        color="black",
+        marker="_",
+        s=400,
+        label="lookahead normal turn",
+        zorder=3,
+    )
     for x, row in zip(xs, rows, strict=True):
-        left.annotate(f"-{row['reduction']:.0%}", (x, max(row["sync_transform_p50_s"], row["lookahead_transform_p50_s"])), ha="center", va="bottom")
+        left.annotate(
+            f"-{row['reduction']:.0%}",
+            (x, max(row["sync_transform_p50_s"], row["lookahead_transform_p50_s"])),
+            ha="center",
+            va="bottom",
+        )
     left.set_xticks(list(xs), names)
     left.set(ylabel="TTFT p50 (s)", title=f"{document['model']}, {document['agents']} agent(s)")
     left.legend(fontsize=8)
     for x, name in zip(xs, names, strict=True):
         runs = document["strategies"][name]
-        right.scatter([x - 0.1] * len(runs["sync"]["transform_ttft_s"]), runs["sync"]["transform_ttft_s"], color="tab:blue", alpha=0.6)
-        right.scatter([x + 0.1] * len(runs["lookahead"]["transform_ttft_s"]), runs["lookahead"]["transform_ttft_s"], color="tab:orange", alpha=0.6)
+        right.scatter(
+            [x - 0.1] * len(runs["sync"]["transform_ttft_s"]),
+            runs["sync"]["transform_ttft_s"],
+            color="tab:blue",
+            alpha=0.6,
+        )
+        right.scatter(
+            [x + 0.1] * len(runs["lookahead"]["transform_ttft_s"]),
+            runs["lookahead"]["transform_ttft_s"],
+            color="tab:orange",
+            alpha=0.6,
+        )
     right.set_xticks(list(xs), names)
-    right.set(ylabel="transform-turn TTFT (s)", title="every transform turn (blue sync, orange lookahead)")
+    right.set(
+        ylabel="transform-turn TTFT (s)", title="every transform turn (blue sync, orange lookahead)"
+    )
     return save_figure(figure, path)
 
 
@@ -228,9 +324,15 @@ async def run_with_progress(config: TtftBenchConfig) -> dict[str, Any]:
 
 def main(args: argparse.Namespace) -> int:
     config = TtftBenchConfig(
-        base_url=None if args.embedded else args.base_url, agents=args.agents, steps=args.steps,
-        strategies=tuple(args.strategies.split(",")), warmer=args.warmer, window_tokens=args.window,
-        seed=args.seed, max_tokens=args.max_tokens, port=args.port,
+        base_url=None if args.embedded else args.base_url,
+        agents=args.agents,
+        steps=args.steps,
+        strategies=tuple(args.strategies.split(",")),
+        warmer=args.warmer,
+        window_tokens=args.window,
+        seed=args.seed,
+        max_tokens=args.max_tokens,
+        port=args.port,
     )
     document = asyncio.run(run_with_progress(config))
     write_json(args.json, document)
@@ -241,17 +343,27 @@ def main(args: argparse.Namespace) -> int:
 
 
 def register(bench_subparsers: argparse._SubParsersAction) -> None:
-    parser = bench_subparsers.add_parser("ttft", help="transform-turn TTFT, sync vs lookahead, per strategy")
+    parser = bench_subparsers.add_parser(
+        "ttft", help="transform-turn TTFT, sync vs lookahead, per strategy"
+    )
     target = parser.add_mutually_exclusive_group()
-    target.add_argument("--base-url", help="any OpenAI-compatible server (default: the embedded engine)")
-    target.add_argument("--embedded", action="store_true", help="the embedded llama.cpp engine (default)")
+    target.add_argument(
+        "--base-url", help="any OpenAI-compatible server (default: the embedded engine)"
+    )
+    target.add_argument(
+        "--embedded", action="store_true", help="the embedded llama.cpp engine (default)"
+    )
     parser.add_argument("--agents", type=int, default=1)
     parser.add_argument("--steps", type=int, default=14)
     parser.add_argument("--strategies", default=",".join(STRATEGIES))
     parser.add_argument("--warmer", choices=("openai", "llamacpp", "sglang"))
-    parser.add_argument("--window", type=int, help="model context window in tokens (default: from the server)")
+    parser.add_argument(
+        "--window", type=int, help="model context window in tokens (default: from the server)"
+    )
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--max-tokens", type=int, default=32, help="tokens generated per normal turn")
+    parser.add_argument(
+        "--max-tokens", type=int, default=32, help="tokens generated per normal turn"
+    )
     parser.add_argument("--port", type=int, default=8089, help="embedded engine port")
     parser.add_argument("--json", required=True)
     parser.add_argument("--plot")

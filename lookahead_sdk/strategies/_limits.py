@@ -24,7 +24,10 @@ class LimitTriggered(ContextPolicy):
         resolve_budget(self.hard_limit, 32768, "hard_limit")
         if self.lookahead_at is not None:
             resolve_budget(self.lookahead_at, 32768, "lookahead_at")
-            if type(self.lookahead_at) is type(self.hard_limit) and self.lookahead_at >= self.hard_limit:
+            if (
+                type(self.lookahead_at) is type(self.hard_limit)
+                and self.lookahead_at >= self.hard_limit
+            ):
                 raise ValueError(
                     f"lookahead_at ({self.lookahead_at}) must be below hard_limit ({self.hard_limit}): "
                     "the soft trigger has to fire before the commit"
@@ -35,7 +38,9 @@ class LimitTriggered(ContextPolicy):
     def validate(self, window_tokens: int) -> None:
         hard = self.hard_tokens_for(window_tokens)
         if hard > window_tokens:
-            raise ValueError(f"hard_limit resolves to {hard} tokens, above the model's {window_tokens}-token window")
+            raise ValueError(
+                f"hard_limit resolves to {hard} tokens, above the model's {window_tokens}-token window"
+            )
         if self.lookahead_at is not None:
             soft = resolve_budget(self.lookahead_at, window_tokens, "lookahead_at")
             if soft >= hard:
@@ -55,7 +60,9 @@ class LimitTriggered(ContextPolicy):
         if self.lookahead_at is not None:
             soft = resolve_budget(self.lookahead_at, main.window_tokens, "lookahead_at")
             if soft >= hard:
-                raise ValueError(f"lookahead_at resolves to {soft} tokens, not below hard_limit's {hard}")
+                raise ValueError(
+                    f"lookahead_at resolves to {soft} tokens, not below hard_limit's {hard}"
+                )
             return soft
         growth = main.tokens_per_turn
         if growth is None:

@@ -81,28 +81,46 @@ class Isolate(ContextPolicy):
         instruction = self.partial_instruction(main.partial_output)
         if instruction is None or lookahead.status is LookaheadStatus.RUNNING:
             return False
-        covered = self.partial_instruction(lookahead.covered_partial) if lookahead.status is LookaheadStatus.READY else None
+        covered = (
+            self.partial_instruction(lookahead.covered_partial)
+            if lookahead.status is LookaheadStatus.READY
+            else None
+        )
         if covered is None or not instruction.startswith(covered):
             return True
         return len(instruction) - len(covered) >= self.chunk_chars
 
     def should_commit(self, main: MainState, lookahead: LookaheadState) -> bool:
-        return bool(main.messages) and delegation_call(main.messages[-1], self.delegate_tool) is not None
+        return (
+            bool(main.messages)
+            and delegation_call(main.messages[-1], self.delegate_tool) is not None
+        )
 
     def system_prompt(self, history: Sequence[Message]) -> str:
-        return self.subagent_system if isinstance(self.subagent_system, str) else self.subagent_system(history)
+        return (
+            self.subagent_system
+            if isinstance(self.subagent_system, str)
+            else self.subagent_system(history)
+        )
 
-    async def transform(self, messages: Sequence[Message], ctx: TransformContext) -> TransformResult:
+    async def transform(
+        self, messages: Sequence[Message], ctx: TransformContext
+    ) -> TransformResult:
         instruction = self.partial_instruction(ctx.partial_output)
         history = messages
         if instruction is None:
             call = delegation_call(messages[-1], self.delegate_tool) if messages else None
             if call is None:
-                raise ValueError(f"Isolate.transform needs a {self.delegate_tool!r} call as the last message or streaming")
+                raise ValueError(
+                    f"Isolate.transform needs a {self.delegate_tool!r} call as the last message or streaming"
+                )
             instruction = instruction_from_arguments(call["function"].get("arguments", ""))
             history = messages[:-1]
         return TransformResult(
-            [{"role": "system", "content": self.system_prompt(history)}, {"role": "user", "content": instruction}],
+            [
+                {"role": "system", "content": self.system_prompt(history)},
+                {"role": "user", "content": instruction},
+            ],
             {"instruction_chars": len(instruction)},
         )
 

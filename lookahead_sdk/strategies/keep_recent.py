@@ -6,7 +6,13 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from lookahead_sdk.messages import Message, atomic_groups, leading_system_count
-from lookahead_sdk.policy import Budget, TransformContext, TransformResult, check_budget, resolve_budget
+from lookahead_sdk.policy import (
+    Budget,
+    TransformContext,
+    TransformResult,
+    check_budget,
+    resolve_budget,
+)
 from lookahead_sdk.strategies._limits import HARD_LIMIT, LimitTriggered
 
 
@@ -52,26 +58,38 @@ class KeepRecent(LimitTriggered):
     def __post_init__(self) -> None:
         self._check_limits()
         check_budget(self.budget, "budget")
-        if self.max_turns is not None and (not isinstance(self.max_turns, int) or self.max_turns < 1):
+        if self.max_turns is not None and (
+            not isinstance(self.max_turns, int) or self.max_turns < 1
+        ):
             raise ValueError(f"max_turns must be a positive int or None, got {self.max_turns!r}")
         if type(self.budget) is type(self.hard_limit) and self.budget >= self.hard_limit:
-            raise ValueError(f"budget ({self.budget}) must be below hard_limit ({self.hard_limit}), or the window never shrinks")
+            raise ValueError(
+                f"budget ({self.budget}) must be below hard_limit ({self.hard_limit}), or the window never shrinks"
+            )
 
     def validate(self, window_tokens: int) -> None:
         super().validate(window_tokens)
         budget = resolve_budget(self.budget, window_tokens, "budget")
         if budget >= self.hard_tokens_for(window_tokens):
-            raise ValueError(f"budget resolves to {budget} tokens, not below hard_limit: the window would never shrink")
+            raise ValueError(
+                f"budget resolves to {budget} tokens, not below hard_limit: the window would never shrink"
+            )
 
-    async def transform(self, messages: Sequence[Message], ctx: TransformContext) -> TransformResult:
+    async def transform(
+        self, messages: Sequence[Message], ctx: TransformContext
+    ) -> TransformResult:
         head = leading_system_count(messages)
         kept_head = list(messages[:head])
-        task_index = next((i for i in range(head, len(messages)) if messages[i].get("role") == "user"), None)
+        task_index = next(
+            (i for i in range(head, len(messages)) if messages[i].get("role") == "user"), None
+        )
         if self.keep_task and task_index is not None and task_index == head:
             kept_head.append(messages[task_index])
             head += 1
         head_tokens = sum(ctx.count(message) for message in kept_head)
-        budget = max(0, ctx.budget(self.budget, "budget") - head_tokens)
+        budget = max(
+            0, ctx.budget(self.budget, "budget") - head_tokens - ctx.expected_growth_tokens
+        )
         start = recent_groups_start(messages, head, budget, ctx, max_turns=self.max_turns)
         dropped = start - head
         return TransformResult([*kept_head, *messages[start:]], {"dropped_messages": dropped})

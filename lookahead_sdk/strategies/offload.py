@@ -19,7 +19,7 @@ READ_BACK_TOOL = "read_offloaded"
 def placeholder(key: str, tokens: int, text: str) -> str:
     preview = " ".join(text[:PREVIEW_CHARS].split())
     return (
-        f'{PLACEHOLDER_PREFIX}: {tokens} tokens, {len(text)} chars; read it back with '
+        f"{PLACEHOLDER_PREFIX}: {tokens} tokens, {len(text)} chars; read it back with "
         f'{READ_BACK_TOOL}(key="{key}")] {preview}...'
     )
 
@@ -45,12 +45,18 @@ class Offload(LimitTriggered):
         if self.store is not None and not isinstance(self.store, OffloadStore):
             raise TypeError(f"store must be an OffloadStore, got {type(self.store).__name__}")
 
-    async def transform(self, messages: Sequence[Message], ctx: TransformContext) -> TransformResult:
+    async def transform(
+        self, messages: Sequence[Message], ctx: TransformContext
+    ) -> TransformResult:
         store = self.store or ctx.offload_store
         if store is None:
-            raise ValueError("Offload needs a store: Offload(store=OffloadStore(path)) or LookaheadRuntime(offload_store=...)")
+            raise ValueError(
+                "Offload needs a store: Offload(store=OffloadStore(path)) or LookaheadRuntime(offload_store=...)"
+            )
         threshold = ctx.budget(self.threshold, "threshold")
-        newest_tool = max((i for i, m in enumerate(messages) if m.get("role") == "tool"), default=-1)
+        newest_tool = max(
+            (i for i, m in enumerate(messages) if m.get("role") == "tool"), default=-1
+        )
         result: list[Message] = []
         offloaded: list[str] = []
         for index, message in enumerate(messages):
@@ -76,7 +82,9 @@ def read_offloaded_tool(store: OffloadStore, *, max_chars: int = 4000) -> Tool:
         text = store.read(key, offset=offset, max_chars=max_chars)
         total = len(store.get(key))
         end = offset + len(text)
-        more = f"\n[... {total - end} more chars: call again with offset={end}]" if end < total else ""
+        more = (
+            f"\n[... {total - end} more chars: call again with offset={end}]" if end < total else ""
+        )
         return text + more
 
     return Tool(

@@ -6,7 +6,13 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from lookahead_sdk.messages import Message, leading_system_count
-from lookahead_sdk.policy import Budget, TransformContext, TransformResult, check_budget, resolve_budget
+from lookahead_sdk.policy import (
+    Budget,
+    TransformContext,
+    TransformResult,
+    check_budget,
+    resolve_budget,
+)
 from lookahead_sdk.strategies._limits import HARD_LIMIT, SOFT_LIMIT, LimitTriggered
 from lookahead_sdk.strategies.keep_recent import recent_groups_start
 
@@ -48,11 +54,18 @@ class Summarize(LimitTriggered):
         super().validate(window_tokens)
         recent = resolve_budget(self.recent_budget, window_tokens, "recent_budget")
         if recent >= self.hard_tokens_for(window_tokens):
-            raise ValueError(f"recent_budget resolves to {recent} tokens, not below hard_limit: nothing would be summarized")
+            raise ValueError(
+                f"recent_budget resolves to {recent} tokens, not below hard_limit: nothing would be summarized"
+            )
 
-    async def transform(self, messages: Sequence[Message], ctx: TransformContext) -> TransformResult:
+    async def transform(
+        self, messages: Sequence[Message], ctx: TransformContext
+    ) -> TransformResult:
         head = leading_system_count(messages)
-        recent_start = recent_groups_start(messages, head, ctx.budget(self.recent_budget, "recent_budget"), ctx)
+        recent_budget = max(
+            0, ctx.budget(self.recent_budget, "recent_budget") - ctx.expected_growth_tokens
+        )
+        recent_start = recent_groups_start(messages, head, recent_budget, ctx)
         history = list(messages[head:recent_start])
         if not history:
             return TransformResult(list(messages), {"summarized_messages": 0})

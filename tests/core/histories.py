@@ -18,16 +18,27 @@ def agent_history(draw: st.DrawFn, max_steps: int = 14) -> list[Message]:
     for step in range(draw(st.integers(0, max_steps))):
         calls = draw(st.integers(0, 2))
         if calls == 0:
-            messages.append({"role": "assistant", "content": draw(st.sampled_from(["ok", "looking", "noted " * 30]))})
+            messages.append(
+                {
+                    "role": "assistant",
+                    "content": draw(st.sampled_from(["ok", "looking", "noted " * 30])),
+                }
+            )
             continue
         tool_calls = [
-            {"id": f"c{step}_{i}", "type": "function", "function": {"name": "read", "arguments": json.dumps({"n": i})}}
+            {
+                "id": f"c{step}_{i}",
+                "type": "function",
+                "function": {"name": "read", "arguments": json.dumps({"n": i})},
+            }
             for i in range(calls)
         ]
         messages.append({"role": "assistant", "content": None, "tool_calls": tool_calls})
         for call in tool_calls:
             size = draw(st.sampled_from([5, 40, 300, 900]))
-            messages.append({"role": "tool", "tool_call_id": call["id"], "content": f"line {step}\n" * size})
+            messages.append(
+                {"role": "tool", "tool_call_id": call["id"], "content": f"line {step}\n" * size}
+            )
     return messages
 
 

@@ -8,7 +8,13 @@ import json
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from lookahead_sdk import ContextPolicy, LookaheadState, MainState, TransformContext, TransformResult
+from lookahead_sdk import (
+    ContextPolicy,
+    LookaheadState,
+    MainState,
+    TransformContext,
+    TransformResult,
+)
 from lookahead_sdk.messages import Message
 from lookahead_sdk.state import LookaheadStatus
 
@@ -21,7 +27,11 @@ def drop_middle(messages: Sequence[Message]) -> list[Message]:
     """Keep the first message and the last two; add a marker naming what was dropped."""
     if len(messages) <= 3:
         return list(messages)
-    return [messages[0], {"role": "user", "content": f"dropped {len(messages) - 3} of {digest(messages)}"}, *messages[-2:]]
+    return [
+        messages[0],
+        {"role": "user", "content": f"dropped {len(messages) - 3} of {digest(messages)}"},
+        *messages[-2:],
+    ]
 
 
 @dataclass
@@ -39,13 +49,17 @@ class CountingPolicy(ContextPolicy):
 
     def should_lookahead(self, main: MainState, lookahead: LookaheadState) -> bool:
         return len(main) >= self.soft and lookahead.status in (
-            LookaheadStatus.IDLE, LookaheadStatus.FAILED, LookaheadStatus.STALE
+            LookaheadStatus.IDLE,
+            LookaheadStatus.FAILED,
+            LookaheadStatus.STALE,
         )
 
     def should_commit(self, main: MainState, lookahead: LookaheadState) -> bool:
         return len(main) >= self.hard
 
-    async def transform(self, messages: Sequence[Message], ctx: TransformContext) -> TransformResult:
+    async def transform(
+        self, messages: Sequence[Message], ctx: TransformContext
+    ) -> TransformResult:
         call = len(self.seen_inputs)
         self.seen_inputs.append((ctx.is_lookahead, list(messages)))
         delay = self.delays[call % len(self.delays)] if self.delays else 0.0

@@ -36,7 +36,10 @@ def test_bad_settings_name_the_field(build, match: str) -> None:
 @pytest.mark.parametrize(
     ("kwargs", "match"),
     [
-        ({"policy": Summarize(lookahead_at=3000, hard_limit=3500), "window_tokens": 2048}, "hard_limit"),
+        (
+            {"policy": Summarize(lookahead_at=3000, hard_limit=3500), "window_tokens": 2048},
+            "hard_limit",
+        ),
         ({"policy": Summarize(lookahead_at=3000), "window_tokens": 4096}, "lookahead_at"),
         ({"policy": KeepRecent(budget=5000, hard_limit=0.5), "window_tokens": 8192}, "budget"),
         ({"policy": CountingPolicy(), "window_tokens": -5}, "window_tokens"),
@@ -63,7 +66,9 @@ def test_bad_runtime_settings_name_the_field(kwargs: dict, match: str) -> None:
         ({"role": "user"}, r"messages\[1\]\.content"),
     ],
 )
-def test_malformed_messages_are_rejected_and_nothing_is_appended(message, match: str, approx_counter) -> None:
+def test_malformed_messages_are_rejected_and_nothing_is_appended(
+    message, match: str, approx_counter
+) -> None:
     state = MainState([{"role": "user", "content": "ok"}], token_counter=approx_counter)
     version = state.version
     with pytest.raises((ValueError, TypeError), match=match):

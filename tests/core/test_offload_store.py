@@ -42,7 +42,9 @@ def test_concurrent_writers_lose_nothing(tmp_path: Path) -> None:
     assert not list(tmp_path.glob("??/.tmp-*"))
 
 
-def test_crash_mid_write_leaves_no_partial_file(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_crash_mid_write_leaves_no_partial_file(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     store = OffloadStore(tmp_path)
     real_fsync = os.fsync
 
@@ -69,7 +71,16 @@ def test_leftover_temp_files_from_a_killed_process_are_never_keys(tmp_path: Path
 
 @pytest.mark.parametrize(
     "key",
-    ["../../etc/passwd", "/etc/passwd", "ab/../../x", "A" * 64, "0" * 63, "..", "", "0" * 64 + "/../x"],
+    [
+        "../../etc/passwd",
+        "/etc/passwd",
+        "ab/../../x",
+        "A" * 64,
+        "0" * 63,
+        "..",
+        "",
+        "0" * 64 + "/../x",
+    ],
 )
 def test_path_traversal_attempts_are_rejected_with_a_clear_error(tmp_path: Path, key: str) -> None:
     store = OffloadStore(tmp_path)
@@ -78,7 +89,7 @@ def test_path_traversal_attempts_are_rejected_with_a_clear_error(tmp_path: Path,
 
 
 def test_unknown_key_is_a_key_error_naming_the_key(tmp_path: Path) -> None:
-    with pytest.raises(KeyError, match="0{64}"):
+    with pytest.raises(KeyError, match=r"0{64}"):
         OffloadStore(tmp_path).get("0" * 64)
 
 

@@ -25,7 +25,9 @@ class RecordingWarmer:
         self.warmed: list[list[Message]] = []
         self.closed = False
 
-    async def warm(self, messages: Sequence[Message], *, shape: RequestShape, open_last: bool = False) -> WarmupResult:
+    async def warm(
+        self, messages: Sequence[Message], *, shape: RequestShape, open_last: bool = False
+    ) -> WarmupResult:
         if self.hang:
             await asyncio.sleep(3600)
         if self.fail:
@@ -77,7 +79,9 @@ async def test_transform_that_raises_falls_back_to_the_same_result(approx_counte
 
 async def test_transform_timeout_falls_back(approx_counter) -> None:
     policy = CountingPolicy(soft=5, hard=9, delays=[10.0, 0.0])
-    runtime = LookaheadRuntime(policy, messages=history(0), token_counter=approx_counter, transform_timeout_s=0.05)
+    runtime = LookaheadRuntime(
+        policy, messages=history(0), token_counter=approx_counter, transform_timeout_s=0.05
+    )
     before = await drive_to_commit(runtime)
     outcome = await runtime.commit()
     assert outcome.kind is CommitKind.FALLBACK
@@ -102,7 +106,9 @@ async def test_running_lookahead_is_promoted_and_awaited_at_commit(approx_counte
 
 async def test_commit_wait_timeout_abandons_a_stuck_lookahead(approx_counter) -> None:
     policy = CountingPolicy(soft=5, hard=9, delays=[30.0, 0.0])
-    runtime = LookaheadRuntime(policy, messages=history(0), token_counter=approx_counter, commit_wait_timeout_s=0.05)
+    runtime = LookaheadRuntime(
+        policy, messages=history(0), token_counter=approx_counter, commit_wait_timeout_s=0.05
+    )
     before = await drive_to_commit(runtime, settle=False)
     outcome = await runtime.commit()
     assert outcome.kind is CommitKind.FALLBACK and outcome.messages == drop_middle(before)
@@ -122,10 +128,18 @@ async def test_policy_can_refuse_promotion_and_take_the_sync_path(approx_counter
     assert_no_tasks_left()
 
 
-@pytest.mark.parametrize("warmer", [RecordingWarmer(fail=True), RecordingWarmer(hang=True)], ids=["raises", "hangs"])
+@pytest.mark.parametrize(
+    "warmer", [RecordingWarmer(fail=True), RecordingWarmer(hang=True)], ids=["raises", "hangs"]
+)
 async def test_failed_or_hung_warmup_still_commits_the_same_context(warmer, approx_counter) -> None:
     policy = CountingPolicy(soft=5, hard=9)
-    runtime = LookaheadRuntime(policy, messages=history(0), token_counter=approx_counter, warmer=warmer, warmup_wait_timeout_s=0.05)
+    runtime = LookaheadRuntime(
+        policy,
+        messages=history(0),
+        token_counter=approx_counter,
+        warmer=warmer,
+        warmup_wait_timeout_s=0.05,
+    )
     for i in range(6):
         runtime.append(user(f"a{i}"))
     await runtime.boundary()
@@ -141,10 +155,14 @@ async def test_failed_or_hung_warmup_still_commits_the_same_context(warmer, appr
     assert_no_tasks_left()
 
 
-async def test_warmup_prefills_what_the_commit_will_send_including_the_suffix(approx_counter) -> None:
+async def test_warmup_prefills_what_the_commit_will_send_including_the_suffix(
+    approx_counter,
+) -> None:
     warmer = RecordingWarmer()
     policy = CountingPolicy(soft=5, hard=12)
-    runtime = LookaheadRuntime(policy, messages=history(0), token_counter=approx_counter, warmer=warmer)
+    runtime = LookaheadRuntime(
+        policy, messages=history(0), token_counter=approx_counter, warmer=warmer
+    )
     for i in range(6):
         runtime.append(user(f"a{i}"))
     await runtime.boundary()

@@ -24,7 +24,9 @@ operation = st.one_of(
 )
 
 
-async def run_scenario(ops: list[tuple[str, int]], delays: list[float], fail_calls: set[int], counter) -> None:
+async def run_scenario(
+    ops: list[tuple[str, int]], delays: list[float], fail_calls: set[int], counter
+) -> None:
     policy = CountingPolicy(soft=5, hard=9, delays=delays)
     original_transform = policy.transform
 
@@ -36,7 +38,12 @@ async def run_scenario(ops: list[tuple[str, int]], delays: list[float], fail_cal
         return await original_transform(messages, ctx)
 
     policy.transform = transform  # type: ignore[method-assign]
-    runtime = LookaheadRuntime(policy, messages=[{"role": "system", "content": "s"}], token_counter=counter, transform_timeout_s=0.05)
+    runtime = LookaheadRuntime(
+        policy,
+        messages=[{"role": "system", "content": "s"}],
+        token_counter=counter,
+        transform_timeout_s=0.05,
+    )
     counter_value = 0
     for name, arg in ops:
         if name in ("append", "step"):
@@ -63,8 +70,12 @@ async def run_scenario(ops: list[tuple[str, int]], delays: list[float], fail_cal
             if outcome.kind is CommitKind.HIT:
                 end = outcome.covered_end
                 assert end is not None and 0 < end <= len(before)
-                lookahead_inputs = [messages for is_lookahead, messages in policy.seen_inputs if is_lookahead]
-                assert before[:end] in lookahead_inputs, "committed a result whose covered prefix changed"
+                lookahead_inputs = [
+                    messages for is_lookahead, messages in policy.seen_inputs if is_lookahead
+                ]
+                assert before[:end] in lookahead_inputs, (
+                    "committed a result whose covered prefix changed"
+                )
                 expected = drop_middle(before[:end]) + before[end:]
                 if outcome.reason == "overflow":
                     expected = drop_middle(expected)
@@ -78,24 +89,41 @@ async def run_scenario(ops: list[tuple[str, int]], delays: list[float], fail_cal
     assert pending == [], f"tasks left after close: {pending}"
 
 
-@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
+@settings(
+    max_examples=300,
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture],
+)
 @given(
     ops=st.lists(operation, min_size=5, max_size=60),
     delays=st.lists(st.sampled_from([0.0, 0.001, 0.004, 0.01, 0.08]), min_size=1, max_size=5),
     fail_calls=st.sets(st.integers(0, 10), max_size=4),
 )
-def test_commit_equals_sync_transform_of_covered_prefix_plus_suffix(ops, delays, fail_calls, approx_counter) -> None:
+def test_commit_equals_sync_transform_of_covered_prefix_plus_suffix(
+    ops, delays, fail_calls, approx_counter
+) -> None:
     asyncio.run(run_scenario(ops, delays, fail_calls, approx_counter))
 
 
-@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
-@given(appends_between=st.lists(st.integers(0, 3), min_size=3, max_size=12), delay=st.sampled_from([0.0, 0.003, 0.02]))
-def test_append_only_histories_always_hit_once_the_lookahead_is_ready(appends_between, delay, approx_counter) -> None:
+@settings(
+    max_examples=60,
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture],
+)
+@given(
+    appends_between=st.lists(st.integers(0, 3), min_size=3, max_size=12),
+    delay=st.sampled_from([0.0, 0.003, 0.02]),
+)
+def test_append_only_histories_always_hit_once_the_lookahead_is_ready(
+    appends_between, delay, approx_counter
+) -> None:
     """Without edits or failures, a ready lookahead is committed (never needlessly thrown away)."""
 
     async def scenario() -> None:
         policy = CountingPolicy(soft=3, hard=6, delays=[delay])
-        async with LookaheadRuntime(policy, messages=[user("task")], token_counter=approx_counter) as runtime:
+        async with LookaheadRuntime(
+            policy, messages=[user("task")], token_counter=approx_counter
+        ) as runtime:
             for count in appends_between:
                 runtime.append(*[user(f"x{i}") for i in range(count + 1)])
                 await runtime.boundary()

@@ -17,11 +17,19 @@ from lookahead_sdk.tokens import (
 )
 
 COUNTER = CachedTokenCounter(ApproxTokenCounter())
-message = st.builds(lambda role, text: {"role": role, "content": text}, st.sampled_from(["user", "assistant", "system"]), st.text(max_size=200))
+message = st.builds(
+    lambda role, text: {"role": role, "content": text},
+    st.sampled_from(["user", "assistant", "system"]),
+    st.text(max_size=200),
+)
 
 
 @settings(max_examples=100, deadline=None)
-@given(first=st.lists(message, max_size=20), edits=st.lists(st.tuples(st.integers(0, 40), message), max_size=5), more=st.lists(message, max_size=10))
+@given(
+    first=st.lists(message, max_size=20),
+    edits=st.lists(st.tuples(st.integers(0, 40), message), max_size=5),
+    more=st.lists(message, max_size=10),
+)
 def test_incremental_bookkeeping_matches_a_full_recount(first, edits, more) -> None:
     state = MainState(first, token_counter=COUNTER)
     versions = [state.version]
@@ -33,17 +41,29 @@ def test_incremental_bookkeeping_matches_a_full_recount(first, edits, more) -> N
     if more:
         versions.append(state.version)
     fresh = MainState(list(state.messages), token_counter=COUNTER)
-    assert state.tokens == fresh.tokens == sum(COUNTER.count_text(content_text(m)) + MESSAGE_OVERHEAD_TOKENS for m in state.messages)
-    assert all(state.prefix_signature(i) == fresh.prefix_signature(i) for i in range(len(state) + 1))
+    assert (
+        state.tokens
+        == fresh.tokens
+        == sum(
+            COUNTER.count_text(content_text(m)) + MESSAGE_OVERHEAD_TOKENS for m in state.messages
+        )
+    )
+    assert all(
+        state.prefix_signature(i) == fresh.prefix_signature(i) for i in range(len(state) + 1)
+    )
     assert versions == sorted(versions) and len(set(versions)) == len(versions)
 
 
 def test_signatures_identify_prefixes_and_detect_edits() -> None:
-    state = MainState([{"role": "user", "content": str(i)} for i in range(5)], token_counter=COUNTER)
+    state = MainState(
+        [{"role": "user", "content": str(i)} for i in range(5)], token_counter=COUNTER
+    )
     before = [state.prefix_signature(i) for i in range(6)]
     state.edit(3, {"role": "user", "content": "changed"})
     after = [state.prefix_signature(i) for i in range(6)]
-    assert before[:4] == after[:4] and all(b != a for b, a in zip(before[4:], after[4:], strict=True))
+    assert before[:4] == after[:4] and all(
+        b != a for b, a in zip(before[4:], after[4:], strict=True)
+    )
     assert state.prefix_signature(99) is None
 
 
@@ -58,7 +78,11 @@ def test_callers_cannot_mutate_history_behind_its_back() -> None:
 
 def test_turns_count_assistant_messages_and_survive_a_commit() -> None:
     state = MainState([{"role": "user", "content": "t"}], token_counter=COUNTER)
-    state.append({"role": "assistant", "content": "a"}, {"role": "user", "content": "b"}, {"role": "assistant", "content": "c"})
+    state.append(
+        {"role": "assistant", "content": "a"},
+        {"role": "user", "content": "b"},
+        {"role": "assistant", "content": "c"},
+    )
     assert state.turn == 2
     state.replace([{"role": "assistant", "content": "summary"}])
     assert state.turn == 2
@@ -72,7 +96,9 @@ def test_tiktoken_counter_loads_offline(monkeypatch: pytest.MonkeyPatch) -> None
     monkeypatch.setattr(socket.socket, "connect", no_network)
     counter = TiktokenCounter()
     text = "def add(a, b):\n    return a + b  # <|endoftext|> stays text"
-    assert counter.count_text(text) == len(reference_cl100k(monkeypatch).encode(text, disallowed_special=()))
+    assert counter.count_text(text) == len(
+        reference_cl100k(monkeypatch).encode(text, disallowed_special=())
+    )
 
 
 def reference_cl100k(monkeypatch: pytest.MonkeyPatch):
@@ -87,7 +113,9 @@ def reference_cl100k(monkeypatch: pytest.MonkeyPatch):
     return tiktoken.get_encoding("cl100k_base")
 
 
-def test_auto_counter_falls_back_without_a_server_or_bpe_file(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_auto_counter_falls_back_without_a_server_or_bpe_file(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     monkeypatch.setattr("lookahead_sdk.tokens.find_tiktoken_file", lambda encoding: None)
     counter = auto_token_counter("http://127.0.0.1:9")  # nothing listens there
     assert counter.name == "approx-bytes/4"

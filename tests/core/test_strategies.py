@@ -19,11 +19,15 @@ from .histories import agent_history, assert_tool_pairs_intact
 
 COUNTER = CachedTokenCounter(ApproxTokenCounter())
 KEY = re.compile(r'key="([0-9a-f]{64})"')
-PROPERTY = settings(max_examples=120, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+PROPERTY = settings(
+    max_examples=120, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
 
 
 def context(window: int = 8192, **kwargs) -> TransformContext:
-    return TransformContext(token_counter=COUNTER, window_tokens=window, is_lookahead=False, **kwargs)
+    return TransformContext(
+        token_counter=COUNTER, window_tokens=window, is_lookahead=False, **kwargs
+    )
 
 
 class FakeSummarizer:
@@ -32,9 +36,16 @@ class FakeSummarizer:
     def __init__(self) -> None:
         self.requests: list[tuple[list[Message], int, float]] = []
 
-    async def complete(self, messages: Sequence[Message], *, max_tokens: int, temperature: float) -> Completion:
+    async def complete(
+        self, messages: Sequence[Message], *, max_tokens: int, temperature: float
+    ) -> Completion:
         self.requests.append((list(messages), max_tokens, temperature))
-        return Completion(text=f"summary of {len(messages) - 1} messages", prompt_tokens=50, cached_tokens=40, completion_tokens=8)
+        return Completion(
+            text=f"summary of {len(messages) - 1} messages",
+            prompt_tokens=50,
+            cached_tokens=40,
+            completion_tokens=8,
+        )
 
 
 # -- Offload -------------------------------------------------------------------------------------
@@ -49,11 +60,15 @@ def test_offload_never_loses_anything(history: list[Message], tmp_path_factory) 
     for index, (before, after) in enumerate(zip(history, result, strict=True)):
         if after["content"] == before["content"]:
             continue
-        assert before["role"] == "tool" and index != tool_indices[-1], "only older tool outputs are offloaded"
+        assert before["role"] == "tool" and index != tool_indices[-1], (
+            "only older tool outputs are offloaded"
+        )
         assert COUNTER.count_text(before["content"]) >= 200
         key = KEY.search(after["content"]).group(1)
         assert store.get(key) == before["content"]
-        assert {k: v for k, v in after.items() if k != "content"} == {k: v for k, v in before.items() if k != "content"}
+        assert {k: v for k, v in after.items() if k != "content"} == {
+            k: v for k, v in before.items() if k != "content"
+        }
     again = asyncio.run(policy.transform(result, context())).messages
     assert again == result  # placeholders are never offloaded again
 
@@ -75,11 +90,25 @@ def test_offload_threshold_scales_with_the_window(tmp_path: Path) -> None:
     history = [{"role": "user", "content": "t"}]
     for i in range(2):
         history += [
-            {"role": "assistant", "content": None, "tool_calls": [{"id": f"c{i}", "type": "function", "function": {"name": "r", "arguments": "{}"}}]},
+            {
+                "role": "assistant",
+                "content": None,
+                "tool_calls": [
+                    {
+                        "id": f"c{i}",
+                        "type": "function",
+                        "function": {"name": "r", "arguments": "{}"},
+                    }
+                ],
+            },
             {"role": "tool", "tool_call_id": f"c{i}", "content": "word " * 400},
         ]
-    small = asyncio.run(Offload(store=store).transform(history, context(window=8192))).data["offloaded"]
-    large = asyncio.run(Offload(store=store).transform(history, context(window=131072))).data["offloaded"]
+    small = asyncio.run(Offload(store=store).transform(history, context(window=8192))).data[
+        "offloaded"
+    ]
+    large = asyncio.run(Offload(store=store).transform(history, context(window=131072))).data[
+        "offloaded"
+    ]
     assert len(small) == 1 and large == []  # 1/32 of 8K = 256 tokens; of 128K = 4096 tokens
 
 
@@ -139,13 +168,20 @@ def test_summarize_on_the_runtime_goes_best_effort_then_commits(approx_counter) 
 
     async def scenario() -> None:
         runtime = LookaheadRuntime(
-            Summarize(), window_tokens=4096, llm=TagRecordingLLM(), token_counter=approx_counter,
-            tags=RequestTags("agent-1"), messages=[{"role": "system", "content": "s"}, {"role": "user", "content": "t"}],
+            Summarize(),
+            window_tokens=4096,
+            llm=TagRecordingLLM(),
+            token_counter=approx_counter,
+            tags=RequestTags("agent-1"),
+            messages=[{"role": "system", "content": "s"}, {"role": "user", "content": "t"}],
         )
         outcomes = []
-        for step in range(16):
+        for _step in range(16):
             outcomes.append(await runtime.commit())
-            runtime.append({"role": "assistant", "content": "reading"}, {"role": "user", "content": "code " * 300})
+            runtime.append(
+                {"role": "assistant", "content": "reading"},
+                {"role": "user", "content": "code " * 300},
+            )
             await runtime.boundary()
             if runtime._job:
                 await asyncio.wait({runtime._job})
@@ -154,7 +190,9 @@ def test_summarize_on_the_runtime_goes_best_effort_then_commits(approx_counter) 
         assert runtime.stats.fallbacks == 0
 
     asyncio.run(scenario())
-    assert seen_tags and all(t.priority_class == "be" and t.is_lookahead and t.program_id == "agent-1" for t in seen_tags)
+    assert seen_tags and all(
+        t.priority_class == "be" and t.is_lookahead and t.program_id == "agent-1" for t in seen_tags
+    )
 
 
 # -- Isolate -------------------------------------------------------------------------------------
@@ -187,14 +225,28 @@ def test_isolate_prefills_progressively_and_spawns_the_final_context(approx_coun
     warmer.warm = warm  # type: ignore[method-assign]
 
     async def scenario() -> None:
-        policy = Isolate(subagent_system=lambda history: f"handover for {len(history)} messages", chunk_chars=16)
-        history = [{"role": "system", "content": "main"}, {"role": "user", "content": "delegate json"}]
-        async with LookaheadRuntime(policy, messages=history, token_counter=approx_counter, warmer=warmer) as runtime:
+        policy = Isolate(
+            subagent_system=lambda history: f"handover for {len(history)} messages", chunk_chars=16
+        )
+        history = [
+            {"role": "system", "content": "main"},
+            {"role": "user", "content": "delegate json"},
+        ]
+        async with LookaheadRuntime(
+            policy, messages=history, token_counter=approx_counter, warmer=warmer
+        ) as runtime:
             for end in range(8, len(instruction) + 1, 8):
                 arguments = '{"instruction": "' + instruction[:end]
                 await runtime.stream_boundary(arguments, tool_name="delegate")
                 await asyncio.sleep(0.002)
-            call = {"id": "d1", "type": "function", "function": {"name": "delegate", "arguments": f'{{"instruction": "{instruction}"}}'}}
+            call = {
+                "id": "d1",
+                "type": "function",
+                "function": {
+                    "name": "delegate",
+                    "arguments": f'{{"instruction": "{instruction}"}}',
+                },
+            }
             runtime.append({"role": "assistant", "content": None, "tool_calls": [call]})
             outcome = await runtime.commit()
             assert outcome.kind is CommitKind.HIT
@@ -215,12 +267,26 @@ def test_isolate_prefills_progressively_and_spawns_the_final_context(approx_coun
 def test_isolate_sync_mode_builds_the_same_context(approx_counter) -> None:
     async def scenario() -> list[Message]:
         policy = Isolate(subagent_system="You review code.")
-        call = {"id": "d1", "type": "function", "function": {"name": "delegate", "arguments": '{"instruction": "check x"}'}}
-        runtime = LookaheadRuntime(policy, mode="sync", token_counter=approx_counter,
-                                   messages=[{"role": "user", "content": "t"}, {"role": "assistant", "content": None, "tool_calls": [call]}])
+        call = {
+            "id": "d1",
+            "type": "function",
+            "function": {"name": "delegate", "arguments": '{"instruction": "check x"}'},
+        }
+        runtime = LookaheadRuntime(
+            policy,
+            mode="sync",
+            token_counter=approx_counter,
+            messages=[
+                {"role": "user", "content": "t"},
+                {"role": "assistant", "content": None, "tool_calls": [call]},
+            ],
+        )
         outcome = await runtime.commit()
         await runtime.aclose()
         assert outcome.kind is CommitKind.SYNC
         return outcome.messages
 
-    assert asyncio.run(scenario()) == [{"role": "system", "content": "You review code."}, {"role": "user", "content": "check x"}]
+    assert asyncio.run(scenario()) == [
+        {"role": "system", "content": "You review code."},
+        {"role": "user", "content": "check x"},
+    ]

@@ -28,7 +28,10 @@ def test_sync_runtime_runs_lookaheads_between_blocking_calls(approx_counter) -> 
     before = list(runtime.main.messages)
     outcome = runtime.commit()
     assert outcome.kind is CommitKind.HIT
-    assert outcome.messages == drop_middle(before[: outcome.covered_end]) + before[outcome.covered_end :]
+    assert (
+        outcome.messages
+        == drop_middle(before[: outcome.covered_end]) + before[outcome.covered_end :]
+    )
     runtime.close()
     assert not any(t.name == "lookahead-runtime" and t.is_alive() for t in threading.enumerate())
 
@@ -40,7 +43,9 @@ def test_sync_runtime_surfaces_construction_errors() -> None:
 
 async def test_state_round_trip_keeps_a_ready_lookahead_committable(approx_counter) -> None:
     policy = CountingPolicy(soft=5, hard=9)
-    first = LookaheadRuntime(policy, messages=[user("t")], token_counter=approx_counter, tags=RequestTags("p"))
+    first = LookaheadRuntime(
+        policy, messages=[user("t")], token_counter=approx_counter, tags=RequestTags("p")
+    )
     first.append(*[user(f"a{i}") for i in range(5)])
     await first.boundary()
     await asyncio.wait({first._job})

@@ -7,7 +7,13 @@ import httpx
 import pytest
 from openai import AsyncOpenAI, OpenAI
 
-from lookahead_sdk import RequestTags, program, tagged_async_http_client, tagged_http_client, use_tags
+from lookahead_sdk import (
+    RequestTags,
+    program,
+    tagged_async_http_client,
+    tagged_http_client,
+    use_tags,
+)
 from lookahead_sdk.transport import TaggingTransport
 
 from ..support.recording_proxy import RecordingProxy
@@ -30,19 +36,27 @@ def test_sync_openai_client_requests_carry_tags_and_header(stub_server: Recordin
     assert "program_id" not in untagged.body and "x-program-id" not in untagged.headers
 
 
-async def test_async_streaming_requests_carry_tags_and_explicit_fields_win(stub_server: RecordingProxy) -> None:
-    client = AsyncOpenAI(base_url=f"{stub_server.url}/v1", api_key="x", http_client=tagged_async_http_client())
+async def test_async_streaming_requests_carry_tags_and_explicit_fields_win(
+    stub_server: RecordingProxy,
+) -> None:
+    client = AsyncOpenAI(
+        base_url=f"{stub_server.url}/v1", api_key="x", http_client=tagged_async_http_client()
+    )
     lookahead = RequestTags("agent-7").lookahead("agent-7:summarize:s3", commit_deadline_ms=1234)
     with use_tags(lookahead):
         stream = await client.chat.completions.create(
-            model="m", messages=[{"role": "user", "content": "hi"}], stream=True,
+            model="m",
+            messages=[{"role": "user", "content": "hi"}],
+            stream=True,
             extra_body={"priority_class": "lc"},  # an explicit per-call field is never overwritten
         )
         chunks = [chunk async for chunk in stream]
     assert chunks
     body = stub_server.requests[0].body
     assert body["stream"] is True and body["is_lookahead"] is True
-    assert body["lookahead_group_id"] == "agent-7:summarize:s3" and body["commit_deadline_ms"] == 1234
+    assert (
+        body["lookahead_group_id"] == "agent-7:summarize:s3" and body["commit_deadline_ms"] == 1234
+    )
     assert body["priority_class"] == "lc"
 
 
@@ -56,13 +70,26 @@ async def test_tags_follow_each_asyncio_task(stub_server: RecordingProxy) -> Non
 
     await asyncio.gather(*(call(f"p{i}") for i in range(5)))
     await client.aclose()
-    assert sorted((r.body["n"], r.body["program_id"]) for r in stub_server.requests) == [(f"p{i}", f"p{i}") for i in range(5)]
+    assert sorted((r.body["n"], r.body["program_id"]) for r in stub_server.requests) == [
+        (f"p{i}", f"p{i}") for i in range(5)
+    ]
 
 
 @pytest.mark.parametrize(
     ("wire", "expected"),
     [
-        ("sglang", {"priority": 10, "custom_params": {"program_id": "p", "priority_class": "be", "is_lookahead": True, "lookahead_group_id": "g"}}),
+        (
+            "sglang",
+            {
+                "priority": 10,
+                "custom_params": {
+                    "program_id": "p",
+                    "priority_class": "be",
+                    "is_lookahead": True,
+                    "lookahead_group_id": "g",
+                },
+            },
+        ),
         ("vllm", {"priority": 10}),
     ],
 )
@@ -75,7 +102,10 @@ def test_engine_specific_wire_formats(wire: str, expected: dict) -> None:
 
     client = httpx.Client(transport=TaggingTransport(httpx.MockTransport(handler), wire=wire))
     with use_tags(RequestTags("p").lookahead("g")):
-        client.post("http://engine/v1/chat/completions", json={"custom_params": {"mine": 1}} if wire == "sglang" else {})
+        client.post(
+            "http://engine/v1/chat/completions",
+            json={"custom_params": {"mine": 1}} if wire == "sglang" else {},
+        )
     body = captured[0]
     for key, value in expected.items():
         if key == "custom_params":
@@ -93,13 +123,17 @@ def test_non_json_bodies_pass_through_untouched() -> None:
 
     client = httpx.Client(transport=TaggingTransport(httpx.MockTransport(handler)))
     with use_tags(RequestTags("p")):
-        client.post("http://x/upload", content=b"raw-bytes", headers={"content-type": "application/octet-stream"})
+        client.post(
+            "http://x/upload",
+            content=b"raw-bytes",
+            headers={"content-type": "application/octet-stream"},
+        )
     assert seen == [b"raw-bytes"]
 
 
 def test_program_releases_on_exit_even_when_the_body_raises(stub_server: RecordingProxy) -> None:
     with pytest.raises(ZeroDivisionError), program("doomed", release_to=[stub_server.url]):
-        1 / 0
+        raise ZeroDivisionError("the agent crashed")
     release = stub_server.requests[-1]
     assert release.path == "/programs/release" and release.body == {"program_id": "doomed"}
 

@@ -46,13 +46,26 @@ def small_policy(strategy: str, store_dir: Path, workload: CodeAnalysisWorkload)
 def run_agent(base_url: str, strategy: str, mode: str, store_dir: Path) -> AgentRun:
     async def go() -> AgentRun:
         counter = auto_token_counter(base_url)
-        workload = CodeAnalysisWorkload(seed=3, steps=STEPS if strategy != "isolate" else 2, token_counter=counter,
-                                        tokens_per_output=(150, 180), handover_tokens=200)
+        workload = CodeAnalysisWorkload(
+            seed=3,
+            steps=STEPS if strategy != "isolate" else 2,
+            token_counter=counter,
+            tokens_per_output=(150, 180),
+            handover_tokens=200,
+        )
         plan = workload.delegation_plan() if strategy == "isolate" else workload.read_plan()
         llm = ChatClient(base_url)
         warmer = LlamaCppWarmer(base_url) if mode == "lookahead" else None
-        agent = ReferenceAgent(llm, ToolRegistry(workload_tools(workload)), policy=small_policy(strategy, store_dir, workload),
-                               mode=mode, warmer=warmer, token_counter=counter, max_tokens=6, instruction_tokens=40)
+        agent = ReferenceAgent(
+            llm,
+            ToolRegistry(workload_tools(workload)),
+            policy=small_policy(strategy, store_dir, workload),
+            mode=mode,
+            warmer=warmer,
+            token_counter=counter,
+            max_tokens=6,
+            instruction_tokens=40,
+        )
         try:
             async with program(f"e2e-{strategy}-{mode}", release_to=()):
                 return await agent.run(MAIN_SYSTEM_PROMPT, workload.task(), plan=plan)
@@ -71,7 +84,9 @@ def proxy(embedded_engine):
 
 
 @pytest.mark.parametrize("strategy", ["offload", "keep_recent", "summarize", "isolate"])
-def test_lookahead_commits_a_prefilled_context(strategy: str, proxy: RecordingProxy, tmp_path: Path) -> None:
+def test_lookahead_commits_a_prefilled_context(
+    strategy: str, proxy: RecordingProxy, tmp_path: Path
+) -> None:
     proxy.requests.clear()
     run = run_agent(proxy.url, strategy, "lookahead", tmp_path)
     transform_turns = [turn for turn in run.turns if turn.is_transform_turn]
@@ -85,20 +100,36 @@ def test_lookahead_commits_a_prefilled_context(strategy: str, proxy: RecordingPr
 
     warmups = proxy.bodies("/completion")
     assert warmups and all(body["n_predict"] == 0 and body["cache_prompt"] for body in warmups)
-    assert all(body["is_lookahead"] and body["priority_class"] in ("be", "lc") and body["program_id"] == f"e2e-{strategy}-lookahead"
-               for body in warmups)
+    assert all(
+        body["is_lookahead"]
+        and body["priority_class"] in ("be", "lc")
+        and body["program_id"] == f"e2e-{strategy}-lookahead"
+        for body in warmups
+    )
     chats = proxy.bodies("/chat/completions")
     foreground = [body for body in chats if not body.get("is_lookahead")]
-    assert foreground and all(body["priority_class"] == "lc" and body["program_id"] == f"e2e-{strategy}-lookahead" for body in foreground)
-    headers = [r.headers.get("x-program-id") for r in proxy.requests if r.path.endswith("/chat/completions")]
+    assert foreground and all(
+        body["priority_class"] == "lc" and body["program_id"] == f"e2e-{strategy}-lookahead"
+        for body in foreground
+    )
+    headers = [
+        r.headers.get("x-program-id")
+        for r in proxy.requests
+        if r.path.endswith("/chat/completions")
+    ]
     assert set(headers) == {f"e2e-{strategy}-lookahead"}
     if strategy == "summarize":
         summaries = [body for body in chats if body.get("is_lookahead")]
-        assert summaries and all(b["priority_class"] == "be" and b["temperature"] == 0 and b["max_tokens"] == 24 for b in summaries)
+        assert summaries and all(
+            b["priority_class"] == "be" and b["temperature"] == 0 and b["max_tokens"] == 24
+            for b in summaries
+        )
 
 
 @pytest.mark.parametrize("strategy", ["summarize", "isolate"])
-def test_sync_mode_transforms_on_the_critical_path(strategy: str, proxy: RecordingProxy, tmp_path: Path) -> None:
+def test_sync_mode_transforms_on_the_critical_path(
+    strategy: str, proxy: RecordingProxy, tmp_path: Path
+) -> None:
     proxy.requests.clear()
     run = run_agent(proxy.url, strategy, "sync", tmp_path)
     kinds = {turn.commit for turn in run.turns if turn.is_transform_turn}

@@ -33,6 +33,7 @@ def free_port() -> int:
 def stub_reply(body: dict[str, Any]) -> Response:
     text = "stub reply"
     if body.get("stream"):
+
         def chunks():
             head = {"id": "s", "object": "chat.completion.chunk", "created": 0, "model": "stub"}
             yield f"data: {json.dumps({**head, 'choices': [{'index': 0, 'delta': {'role': 'assistant', 'content': text}}]})}\n\n"
@@ -40,11 +41,22 @@ def stub_reply(body: dict[str, Any]) -> Response:
             yield "data: [DONE]\n\n"
 
         return StreamingResponse(chunks(), media_type="text/event-stream")
-    return JSONResponse({
-        "id": "s", "object": "chat.completion", "created": 0, "model": "stub",
-        "choices": [{"index": 0, "finish_reason": "stop", "message": {"role": "assistant", "content": text}}],
-        "usage": {"prompt_tokens": 5, "completion_tokens": 2, "total_tokens": 7},
-    })
+    return JSONResponse(
+        {
+            "id": "s",
+            "object": "chat.completion",
+            "created": 0,
+            "model": "stub",
+            "choices": [
+                {
+                    "index": 0,
+                    "finish_reason": "stop",
+                    "message": {"role": "assistant", "content": text},
+                }
+            ],
+            "usage": {"prompt_tokens": 5, "completion_tokens": 2, "total_tokens": 7},
+        }
+    )
 
 
 @dataclass
@@ -57,20 +69,30 @@ class RecordingProxy:
         self.url = f"http://127.0.0.1:{self.port}"
         app = FastAPI()
         app.add_api_route("/{path:path}", self._handle, methods=["GET", "POST"])
-        self._server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=self.port, log_level="warning"))
+        self._server = uvicorn.Server(
+            uvicorn.Config(app, host="127.0.0.1", port=self.port, log_level="warning")
+        )
         self._thread = threading.Thread(target=self._server.run, daemon=True)
 
     async def _handle(self, path: str, request: Request) -> Response:
         raw = await request.body()
-        body = json.loads(raw) if raw and "json" in request.headers.get("content-type", "") else raw.decode(errors="replace")
-        self.requests.append(RecordedRequest(request.method, "/" + path, dict(request.headers), body))
+        body = (
+            json.loads(raw)
+            if raw and "json" in request.headers.get("content-type", "")
+            else raw.decode(errors="replace")
+        )
+        self.requests.append(
+            RecordedRequest(request.method, "/" + path, dict(request.headers), body)
+        )
         if self.upstream is None:
             if path.endswith("chat/completions"):
                 return stub_reply(body)
             return JSONResponse({"ok": True})
         client = httpx.AsyncClient(timeout=600)
         upstream_request = client.build_request(
-            request.method, f"{self.upstream}/{path}", content=raw,
+            request.method,
+            f"{self.upstream}/{path}",
+            content=raw,
             headers={"content-type": request.headers.get("content-type", "application/json")},
         )
         upstream = await client.send(upstream_request, stream=True)
@@ -83,7 +105,11 @@ class RecordingProxy:
                 await upstream.aclose()
                 await client.aclose()
 
-        return StreamingResponse(relay(), status_code=upstream.status_code, media_type=upstream.headers.get("content-type"))
+        return StreamingResponse(
+            relay(),
+            status_code=upstream.status_code,
+            media_type=upstream.headers.get("content-type"),
+        )
 
     def bodies(self, path_suffix: str) -> list[Any]:
         return [r.body for r in self.requests if r.path.endswith(path_suffix)]
