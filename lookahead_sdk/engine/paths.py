@@ -1,0 +1,50 @@
+"""Where the embedded engine keeps its files: one cache root per machine.
+
+Layout under the root (``~/.cache/lookahead-sdk`` or ``$LOOKAHEAD_SDK_CACHE``)::
+
+    llama.cpp/<version>/bin/        llama-server, llama-quantize (built from the sdist)
+    llama.cpp/<version>/models/     requantized model files
+    llama.cpp/<version>/logs/       build logs
+    run/engine-<port>.json          state of an engine started by us
+    logs/engine-<port>.log          that engine's log
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+# The llama.cpp source we build is the one vendored in this llama-cpp-python sdist.
+LLAMA_CPP_PYTHON_VERSION = "0.3.36"
+CACHE_ENV_VAR = "LOOKAHEAD_SDK_CACHE"
+
+
+def cache_root() -> Path:
+    override = os.environ.get(CACHE_ENV_VAR)
+    if override:
+        return Path(override).expanduser()
+    return Path.home() / ".cache" / "lookahead-sdk"
+
+
+def version_dir() -> Path:
+    return cache_root() / "llama.cpp" / LLAMA_CPP_PYTHON_VERSION
+
+
+def bin_dir() -> Path:
+    return version_dir() / "bin"
+
+
+def models_dir() -> Path:
+    return version_dir() / "models"
+
+
+def build_logs_dir() -> Path:
+    return version_dir() / "logs"
+
+
+def state_file(port: int) -> Path:
+    return cache_root() / "run" / f"engine-{port}.json"
+
+
+def engine_log_file(port: int) -> Path:
+    return cache_root() / "logs" / f"engine-{port}.log"

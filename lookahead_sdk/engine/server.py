@@ -1,0 +1,373 @@
+"""Start, find, check and stop the embedded llama-server."""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import fcntl
+import os
+import signal
+import socket
+import subprocess
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+import httpx
+from rich.console import Console
+
+from lookahead_sdk.engine import paths
+from lookahead_sdk.engine.build import EngineBinaries, ensure_binaries
+from lookahead_sdk.engine.config import EngineConfig
+from lookahead_sdk.engine.errors import EngineConflictError, EngineStartError, PortInUseError
+from lookahead_sdk.engine.model import MODEL_NAME, model_path
+from lookahead_sdk.engine.state import (
+    EngineState,
+    is_engine_process,
+    process_command_line,
+    read_state,
+    remove_state,
+    write_state,
+)
+
+DEFAULT_START_TIMEOUT_S = 180.0
+_LOG_TAIL_LINES = 30
+
+# Engines started by this Python process, so that stopping one also reaps it (no zombie).
+_children: dict[int, subprocess.Popen[bytes]] = {}
+
+
+@dataclass(frozen=True)
+class EngineHandle:
+    """A running engine. ``reused`` is True when ``ensure_engine`` found it already running."""
+
+    pid: int
+    config: EngineConfig
+    model_path: Path
+    log_path: Path
+    started_at: float
+    reused: bool = False
+
+    @property
+    def base_url(self) -> str:
+        return f"http://{_client_host(self.config.host)}:{self.config.port}"
+
+    @property
+    def openai_base_url(self) -> str:
+        return f"{self.base_url}/v1"
+
+    @property
+    def model(self) -> str:
+        """The model name the server reports (its ``--alias``)."""
+        return MODEL_NAME
+
+    def stop(self) -> bool:
+        return stop_engine(self.config.port)
+
+
+@dataclass(frozen=True)
+class EngineStatus:
+    port: int
+    pid: int
+    url: str
+    model: str
+    model_path: str
+    quantization: str
+    slots: int
+    ctx_per_slot: int
+    running: bool
+    healthy: bool
+    started_at: float
+    log_path: str
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def server_command(config: EngineConfig, binaries: EngineBinaries, model: Path) -> list[str]:
+    """The llama-server argv for ``config``."""
+    config = config.resolved()
+    return [
+        str(binaries.server),
+        "--model", str(model),
+        "--alias", MODEL_NAME,
+        "--host", config.host,
+        "--port", str(config.port),
+        "--parallel", str(config.slots),
+        # Without --kv-unified, llama.cpp gives each slot ctx_size / parallel tokens.
+        "--ctx-size", str(config.total_ctx),
+        "--threads", str(config.threads),
+        "--threads-batch", str(config.threads),
+        "--cache-ram", str(config.cache_ram_mib),
+        "--jinja",
+        "--metrics",
+        "--slots",
+        "--cache-prompt",
+        "--no-webui",
+        *config.extra_args,
+    ]  # fmt: skip
+
+
+def start_engine(
+    config: EngineConfig,
+    *,
+    timeout_s: float = DEFAULT_START_TIMEOUT_S,
+    show_progress: bool = True,
+) -> EngineHandle:
+    """Start llama-server for ``config`` and wait until ``/health`` answers ok."""
+    with _port_lock(config.port):
+        return _start_unlocked(config, timeout_s=timeout_s, show_progress=show_progress)
+
+
+def ensure_engine(
+    config: EngineConfig,
+    *,
+    timeout_s: float = DEFAULT_START_TIMEOUT_S,
+    show_progress: bool = True,
+) -> EngineHandle:
+    """Reuse the healthy engine we started on ``config.port`` if its config matches; else start one."""
+    with _port_lock(config.port):
+        state = _live_state(config.port)
+        if state is None:
+            return _start_unlocked(config, timeout_s=timeout_s, show_progress=show_progress)
+        if not config.compatible_with(state.config):
+            raise EngineConflictError(
+                f"an engine started by lookahead-sdk already runs on port {config.port} "
+                f"(pid {state.pid}) with a different configuration "
+                f"({_config_difference(state.config, config)}); stop it with "
+                f"`lookahead-sdk engine stop --port {config.port}` or choose another port"
+            )
+        handle = _handle_from_state(state, reused=True)
+        _wait_until_healthy(
+            handle,
+            is_alive=lambda: is_engine_process(state),
+            timeout_s=timeout_s,
+            show_progress=show_progress,
+        )
+        return handle
+
+
+def stop_engine(port: int, *, timeout_s: float = 10.0) -> bool:
+    """Stop the engine we recorded on ``port``: SIGTERM, then SIGKILL. True if one was stopped.
+
+    Only the recorded pid is signalled, and only while it still is that llama-server.
+    """
+    state = read_state(port)
+    if state is None:
+        return False
+    if not is_engine_process(state):
+        remove_state(port)
+        _reap(state.pid)
+        return False
+    for sig, wait_s in ((signal.SIGTERM, timeout_s), (signal.SIGKILL, 5.0)):
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(state.pid, sig)
+        if _wait_for_exit(state.pid, wait_s):
+            break
+    _reap(state.pid)
+    remove_state(port)
+    return True
+
+
+def engine_status(port: int) -> EngineStatus | None:
+    """What we know about the engine recorded on ``port``; None if none was recorded."""
+    state = read_state(port)
+    if state is None:
+        return None
+    running = is_engine_process(state)
+    handle = _handle_from_state(state, reused=True)
+    return EngineStatus(
+        port=port,
+        pid=state.pid,
+        url=handle.base_url,
+        model=MODEL_NAME,
+        model_path=state.model_path,
+        quantization=state.config.quantization,
+        slots=state.config.slots,
+        ctx_per_slot=state.config.ctx_per_slot,
+        running=running,
+        healthy=running and is_healthy(handle.base_url),
+        started_at=state.started_at,
+        log_path=state.log_path,
+    )
+
+
+def is_healthy(base_url: str) -> bool:
+    try:
+        return httpx.get(f"{base_url}/health", timeout=2.0).status_code == 200
+    except httpx.HTTPError:
+        return False
+
+
+def port_in_use(host: str, port: int) -> bool:
+    """Whether binding ``host:port`` fails because something already listens there."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
+        # Same option llama-server's listener uses, so TIME_WAIT leftovers do not count.
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            probe.bind((host, port))
+        except OSError as error:
+            if error.errno == errno.EADDRINUSE:
+                return True
+            raise
+    return False
+
+
+def _start_unlocked(config: EngineConfig, *, timeout_s: float, show_progress: bool) -> EngineHandle:
+    if (state := _live_state(config.port)) is not None:
+        raise EngineConflictError(
+            f"an engine started by lookahead-sdk already runs on port {config.port} "
+            f"(pid {state.pid}); use ensure_engine to reuse it, or stop it with "
+            f"`lookahead-sdk engine stop --port {config.port}`"
+        )
+    if port_in_use(config.host, config.port):
+        raise PortInUseError(
+            f"port {config.port} on {config.host} is in use by another program (not an engine "
+            f"started by lookahead-sdk); choose a free port with --port (EngineConfig(port=...))"
+        )
+    config = config.resolved()
+    binaries = ensure_binaries(show_progress=show_progress)
+    model = model_path(config.quantization, show_progress=show_progress)
+    log_path = paths.engine_log_file(config.port)
+    log_path.parent.mkdir(parents=True, exist_ok=True)
+    with open(log_path, "wb") as log:
+        process = subprocess.Popen(
+            server_command(config, binaries, model),
+            stdin=subprocess.DEVNULL,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,  # outlives `lookahead-sdk engine start`; no Ctrl-C forwarding
+        )
+    _children[process.pid] = process
+    state = EngineState(
+        pid=process.pid,
+        port=config.port,
+        config=config,
+        binary=str(binaries.server),
+        model_path=str(model),
+        log_path=str(log_path),
+        started_at=time.time(),
+    )
+    write_state(state)
+    handle = _handle_from_state(state, reused=False)
+    try:
+        _wait_until_healthy(
+            handle,
+            is_alive=lambda: process.poll() is None,
+            timeout_s=timeout_s,
+            show_progress=show_progress,
+        )
+    except BaseException:
+        stop_engine(config.port, timeout_s=3.0)
+        raise
+    return handle
+
+
+def _wait_until_healthy(
+    handle: EngineHandle,
+    *,
+    is_alive: Callable[[], bool],
+    timeout_s: float,
+    show_progress: bool,
+) -> None:
+    config = handle.config
+    description = (
+        f"llama-server on {config.host}:{config.port} "
+        f"({MODEL_NAME} {config.quantization}, {config.slots} slots x {config.ctx_per_slot} tokens)"
+    )
+    console = Console(stderr=True, quiet=not show_progress)
+    deadline = time.monotonic() + timeout_s
+    started = time.monotonic()
+    with console.status(f"starting {description}") as status:
+        while True:
+            if not is_alive():
+                raise EngineStartError(
+                    f"llama-server exited during startup on port {config.port}. "
+                    f"Last lines of {handle.log_path}:\n{_log_tail(handle.log_path)}"
+                )
+            if is_healthy(handle.base_url):
+                return
+            if time.monotonic() > deadline:
+                raise EngineStartError(
+                    f"llama-server on port {config.port} was not healthy after {timeout_s:.0f} s. "
+                    f"Last lines of {handle.log_path}:\n{_log_tail(handle.log_path)}"
+                )
+            status.update(f"starting {description}: {time.monotonic() - started:.0f} s")
+            time.sleep(0.25)
+
+
+def _live_state(port: int) -> EngineState | None:
+    """The recorded state if its process still runs; a stale record is removed."""
+    state = read_state(port)
+    if state is None:
+        return None
+    if is_engine_process(state):
+        return state
+    remove_state(port)
+    _reap(state.pid)
+    return None
+
+
+def _handle_from_state(state: EngineState, *, reused: bool) -> EngineHandle:
+    return EngineHandle(
+        pid=state.pid,
+        config=state.config,
+        model_path=Path(state.model_path),
+        log_path=Path(state.log_path),
+        started_at=state.started_at,
+        reused=reused,
+    )
+
+
+def _wait_for_exit(pid: int, timeout_s: float) -> bool:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if _reap(pid) or process_command_line(pid) is None:
+            return True
+        time.sleep(0.05)
+    return False
+
+
+def _reap(pid: int) -> bool:
+    """Collect our own child's exit status; True if it has exited."""
+    child = _children.get(pid)
+    if child is None or child.poll() is None:
+        return False
+    del _children[pid]
+    return True
+
+
+def _client_host(host: str) -> str:
+    return "127.0.0.1" if host in ("0.0.0.0", "") else host
+
+
+def _config_difference(running: EngineConfig, wanted: EngineConfig) -> str:
+    have, want = running.resolved().to_dict(), wanted.resolved().to_dict()
+    return ", ".join(
+        f"{key}: running {have[key]!r}, requested {want[key]!r}"
+        for key in have
+        if have[key] != want[key]
+    )
+
+
+def _log_tail(log_path: Path) -> str:
+    try:
+        lines = log_path.read_text(errors="replace").splitlines()
+    except OSError:
+        return "(no log)"
+    return "\n".join(lines[-_LOG_TAIL_LINES:])
+
+
+@contextlib.contextmanager
+def _port_lock(port: int) -> Iterator[None]:
+    """Serialize start/ensure for one port across processes (e.g. parallel test sessions)."""
+    lock_path = paths.state_file(port).with_suffix(".lock")
+    lock_path.parent.mkdir(parents=True, exist_ok=True)
+    with open(lock_path, "w") as lock_file:
+        fcntl.flock(lock_file, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(lock_file, fcntl.LOCK_UN)

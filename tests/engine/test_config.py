@@ -1,0 +1,66 @@
+from __future__ import annotations
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from lookahead_sdk.engine.config import KV_PAD, MODEL_CONTEXT, EngineConfig
+from lookahead_sdk.engine.model import QUANTIZATIONS
+
+valid_configs = st.builds(
+    EngineConfig,
+    port=st.integers(1, 65535),
+    slots=st.integers(1, 64),
+    ctx_per_slot=st.integers(1, MODEL_CONTEXT // KV_PAD).map(lambda blocks: blocks * KV_PAD),
+    threads=st.none() | st.integers(1, 64),
+    quantization=st.sampled_from(QUANTIZATIONS),
+    cache_ram_mib=st.integers(-1, 4096),
+    extra_args=st.lists(st.text(min_size=1, max_size=8)).map(tuple),
+)
+
+
+@given(valid_configs)
+def test_dict_round_trip_preserves_config(config: EngineConfig) -> None:
+    assert EngineConfig.from_dict(config.to_dict()) == config
+
+
+@given(valid_configs)
+def test_total_ctx_gives_every_slot_its_context(config: EngineConfig) -> None:
+    assert config.total_ctx // config.slots == config.ctx_per_slot
+    assert config.total_ctx % config.slots == 0
+
+
+@given(valid_configs)
+def test_compatibility_ignores_only_unset_threads(config: EngineConfig) -> None:
+    resolved = config.resolved()
+    assert resolved.threads is not None
+    assert config.compatible_with(resolved)
+    other_slots = EngineConfig.from_dict({**config.to_dict(), "slots": config.slots + 1})
+    assert not config.compatible_with(other_slots)
+
+
+@pytest.mark.parametrize(
+    ("field", "value", "error"),
+    [
+        ("port", 0, ValueError),
+        ("port", 70000, ValueError),
+        ("port", "8089", TypeError),
+        ("slots", 0, ValueError),
+        ("slots", True, TypeError),
+        ("ctx_per_slot", 100, ValueError),
+        ("ctx_per_slot", 1000, ValueError),
+        ("ctx_per_slot", 2 * MODEL_CONTEXT, ValueError),
+        ("threads", 0, ValueError),
+        ("quantization", "q5_k", ValueError),
+        ("host", "", ValueError),
+        ("extra_args", "--temp 0", TypeError),
+    ],
+)
+def test_bad_field_is_rejected_with_its_name(field: str, value: object, error: type) -> None:
+    with pytest.raises(error, match=field):
+        EngineConfig(**{field: value})
+
+
+def test_extra_args_list_is_stored_as_tuple() -> None:
+    config = EngineConfig(extra_args=["--temp", "0"])  # type: ignore[arg-type]
+    assert config.extra_args == ("--temp", "0")

@@ -1,0 +1,148 @@
+"""Engine management without a real llama-server: errors, state handling, signalling."""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import socket
+import subprocess
+import time
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+
+from lookahead_sdk.engine import model, paths
+from lookahead_sdk.engine.build import EngineBinaries
+from lookahead_sdk.engine.config import EngineConfig
+from lookahead_sdk.engine.errors import EngineConflictError, ModelNotFoundError, PortInUseError
+from lookahead_sdk.engine.model import INSTALL_HINT
+from lookahead_sdk.engine.server import (
+    engine_status,
+    ensure_engine,
+    port_in_use,
+    server_command,
+    start_engine,
+    stop_engine,
+)
+from lookahead_sdk.engine.state import EngineState, read_state, write_state
+
+
+def pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    return True
+
+
+def record(pid: int, config: EngineConfig) -> None:
+    write_state(
+        EngineState(
+            pid=pid,
+            port=config.port,
+            config=config,
+            binary="llama-server",
+            model_path="model.gguf",
+            log_path=str(paths.engine_log_file(config.port)),
+            started_at=time.time(),
+        )
+    )
+
+
+def test_port_taken_by_another_program_gives_a_clear_error(
+    isolated_cache: Path, free_port: int
+) -> None:
+    with socket.socket() as listener:
+        listener.bind(("127.0.0.1", free_port))
+        listener.listen()
+        assert port_in_use("127.0.0.1", free_port)
+        with pytest.raises(PortInUseError, match=rf"port {free_port}.*--port"):
+            start_engine(EngineConfig(port=free_port), show_progress=False)
+        with pytest.raises(PortInUseError):
+            ensure_engine(EngineConfig(port=free_port), show_progress=False)
+    assert not port_in_use("127.0.0.1", free_port)
+
+
+def test_missing_model_package_names_the_install_command(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name: None)
+    with pytest.raises(ModelNotFoundError, match=INSTALL_HINT.replace(".", r"\.")):
+        model.shipped_model_path()
+
+
+def test_package_without_the_gguf_names_where_it_looked(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    spec = SimpleNamespace(submodule_search_locations=[str(tmp_path)])
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name: spec)
+    with pytest.raises(ModelNotFoundError, match=str(tmp_path)):
+        model.model_path("q4_1")
+
+
+def test_unknown_quantization_is_a_value_error() -> None:
+    with pytest.raises(ValueError, match="quantization"):
+        model.model_path("q2_k")
+
+
+def test_server_command_gives_each_slot_its_context() -> None:
+    config = EngineConfig(port=9001, slots=3, ctx_per_slot=2048, threads=2)
+    command = server_command(config, EngineBinaries(Path("srv"), Path("q")), Path("m.gguf"))
+
+    def value(option: str) -> str:
+        return command[command.index(option) + 1]
+
+    assert int(value("--ctx-size")) == 3 * 2048
+    assert value("--parallel") == "3"
+    assert value("--port") == "9001"
+    assert {"--jinja", "--metrics", "--slots", "--cache-prompt"} <= set(command)
+
+
+def test_stop_without_state_does_nothing(isolated_cache: Path) -> None:
+    assert stop_engine(18201) is False
+    assert engine_status(18201) is None
+
+
+def test_stop_never_signals_a_pid_that_is_not_our_llama_server(isolated_cache: Path) -> None:
+    # The recorded pid now belongs to another program (this test process).
+    record(os.getpid(), EngineConfig(port=18202))
+    assert stop_engine(18202) is False
+    assert pid_alive(os.getpid())
+    assert read_state(18202) is None  # the stale record is cleaned up
+
+
+def test_stop_terminates_the_recorded_llama_server(
+    isolated_cache: Path, fake_llama_server: subprocess.Popen[bytes], free_port: int
+) -> None:
+    record(fake_llama_server.pid, EngineConfig(port=free_port))
+    status = engine_status(free_port)
+    assert status is not None and status.running and not status.healthy
+    assert stop_engine(free_port) is True
+    assert fake_llama_server.wait(timeout=10) is not None
+    assert read_state(free_port) is None
+
+
+def test_ensure_refuses_our_engine_with_another_config(
+    isolated_cache: Path, fake_llama_server: subprocess.Popen[bytes], free_port: int
+) -> None:
+    record(fake_llama_server.pid, EngineConfig(port=free_port, slots=2))
+    with pytest.raises(EngineConflictError, match=r"slots: running 2, requested 4.*engine stop"):
+        ensure_engine(EngineConfig(port=free_port, slots=4), show_progress=False)
+    with pytest.raises(EngineConflictError, match="already runs"):
+        start_engine(EngineConfig(port=free_port, slots=2), show_progress=False)
+    assert fake_llama_server.poll() is None  # refusing does not touch the running engine
+
+
+def test_stale_state_is_dropped_before_starting(
+    isolated_cache: Path, free_port: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    finished = subprocess.Popen(["true"])
+    finished.wait()
+    record(finished.pid, EngineConfig(port=free_port))
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name: None)
+    monkeypatch.setattr(
+        "lookahead_sdk.engine.server.ensure_binaries",
+        lambda **_: EngineBinaries(Path("srv"), Path("q")),
+    )
+    with pytest.raises(ModelNotFoundError):
+        ensure_engine(EngineConfig(port=free_port), show_progress=False)
+    assert read_state(free_port) is None
