@@ -1,0 +1,203 @@
+import argparse
+import itertools
+import json
+import random
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from lookahead_sdk.scheduling import (
+    BatchShape,
+    LatencyModel,
+    LatencyProfile,
+    PiecewiseLinearTable,
+    PrefillChunk,
+    load_profile,
+)
+from lookahead_sdk.scheduling import cli as scheduling_cli
+from lookahead_sdk.scheduling.calibrate import (
+    calibrate,
+    choose_knots,
+    fit_profile,
+    nnls,
+    split_heldout,
+)
+from lookahead_sdk.scheduling.measurements import (
+    BatchMeasurement,
+    MeasurementSet,
+    load_measurements,
+    save_measurements,
+)
+
+TRUE_PROFILE = LatencyProfile(
+    name="truth",
+    gemm_table=PiecewiseLinearTable((1, 64, 512, 4096), (0.5, 0.9, 2.5, 14.0)),
+    alpha_decode_ms=2e-4,
+    alpha_prefill_ms=3e-6,
+)
+
+
+def random_batches(count: int, seed: int) -> list[BatchShape]:
+    rng = random.Random(seed)
+    batches = []
+    for _ in range(count):
+        decode = tuple(rng.randint(100, 20_000) for _ in range(rng.randint(0, 12)))
+        chunks = tuple(
+            PrefillChunk(rng.randint(1, 3000), rng.randint(0, 20_000))
+            for _ in range(rng.randint(0 if decode else 1, 2))
+        )
+        batches.append(BatchShape(decode, chunks))
+    return batches
+
+
+def measured(batches: list[BatchShape], profile: LatencyProfile, noise: float, seed: int):
+    rng = random.Random(seed)
+    model = LatencyModel(profile)
+    return [BatchMeasurement(b, model.est_ms(b) * rng.lognormvariate(0, noise)) for b in batches]
+
+
+def brute_force_nnls(matrix: np.ndarray, target: np.ndarray) -> np.ndarray:
+    """The best least-squares solution over every support set whose solution is non-negative."""
+    n = matrix.shape[1]
+    best, best_residual = np.zeros(n), float(np.linalg.norm(target))
+    for size in range(1, n + 1):
+        for support in itertools.combinations(range(n), size):
+            columns = list(support)
+            solution = np.linalg.lstsq(matrix[:, columns], target, rcond=None)[0]
+            if (solution < 0).any():
+                continue
+            x = np.zeros(n)
+            x[columns] = solution
+            residual = float(np.linalg.norm(matrix @ x - target))
+            if residual < best_residual - 1e-12:
+                best, best_residual = x, residual
+    return best
+
+
+@settings(max_examples=60, deadline=None)
+@given(seed=st.integers(0, 10_000), n=st.integers(1, 4))
+def test_nnls_matches_brute_force_over_support_sets(seed, n) -> None:
+    rng = np.random.default_rng(seed)
+    matrix = rng.normal(size=(12, n))
+    target = rng.normal(size=12)
+    x = nnls(matrix, target)
+    expected = brute_force_nnls(matrix, target)
+    assert (x >= 0).all()
+    assert np.linalg.norm(matrix @ x - target) == pytest.approx(
+        np.linalg.norm(matrix @ expected - target), rel=1e-6, abs=1e-9
+    )
+
+
+def test_fit_recovers_the_parameters_of_noise_free_data() -> None:
+    data = measured(random_batches(300, seed=1), TRUE_PROFILE, noise=0.0, seed=0)
+    profile = fit_profile(data, name="fit", knots=TRUE_PROFILE.gemm_table.tokens)
+    assert profile.alpha_decode_ms == pytest.approx(TRUE_PROFILE.alpha_decode_ms, rel=1e-3)
+    assert profile.alpha_prefill_ms == pytest.approx(TRUE_PROFILE.alpha_prefill_ms, rel=1e-3)
+    assert profile.gemm_table.ms == pytest.approx(TRUE_PROFILE.gemm_table.ms, rel=1e-2)
+
+
+@settings(max_examples=25, deadline=None)
+@given(seed=st.integers(0, 10_000), noise=st.floats(0.0, 0.3))
+def test_fitted_table_is_non_decreasing_and_alphas_non_negative(seed, noise) -> None:
+    data = measured(random_batches(40, seed), TRUE_PROFILE, noise, seed)
+    profile = fit_profile(data, name="fit")
+    ms = profile.gemm_table.ms
+    assert all(b >= a for a, b in itertools.pairwise(ms))
+    assert profile.alpha_decode_ms >= 0 and profile.alpha_prefill_ms >= 0
+    assert profile.token_only_table is not None
+
+
+def test_context_aware_beats_token_only_on_held_out_context_varying_data() -> None:
+    data = measured(random_batches(200, seed=3), TRUE_PROFILE, noise=0.02, seed=4)
+    report = calibrate(data, name="fit", heldout_frac=0.3, seed=0)
+    assert report.n_heldout == 60 and report.n_train == 140
+    assert report.heldout_context_aware is not None and report.heldout_token_only is not None
+    assert report.heldout_context_aware.max_rel_err < 0.10
+    assert report.heldout_token_only.mean_rel_err > 3 * report.heldout_context_aware.mean_rel_err
+    assert report.heldout_json()["n_heldout"] == 60
+
+
+def test_heldout_split_is_disjoint_complete_and_seeded() -> None:
+    data = measured(random_batches(50, seed=5), TRUE_PROFILE, noise=0.0, seed=0)
+    train, heldout = split_heldout(data, 0.3, seed=7)
+    assert len(heldout) == 15 and len(train) == 35
+    assert {id(m) for m in train}.isdisjoint({id(m) for m in heldout})
+    assert split_heldout(data, 0.3, seed=7) == (train, heldout)
+    assert split_heldout(data, 0.3, seed=8)[1] != heldout
+    with pytest.raises(ValueError, match="heldout_frac"):
+        split_heldout(data, 1.0, seed=0)
+
+
+@given(st.lists(st.integers(1, 100_000), min_size=1, max_size=200))
+def test_knots_span_the_data_and_every_interval_has_samples(tokens) -> None:
+    knots = choose_knots(tokens)
+    assert knots[0] == min(tokens) and knots[-1] == max(tokens)
+    assert all(b > a for a, b in itertools.pairwise(knots))
+    if len(knots) > 2:
+        for a, b in itertools.pairwise(knots):
+            assert sum(1 for t in tokens if a < t <= b or (a == knots[0] and t == a)) >= 2
+
+
+def test_too_few_batches_is_a_clear_error() -> None:
+    data = measured(random_batches(2, seed=0), TRUE_PROFILE, noise=0.0, seed=0)
+    with pytest.raises(ValueError, match="at least 3"):
+        fit_profile(data, name="x")
+
+
+@pytest.mark.parametrize("suffix", [".json", ".csv"])
+def test_measurements_round_trip(tmp_path, suffix) -> None:
+    data = measured(random_batches(20, seed=9), TRUE_PROFILE, noise=0.1, seed=1)
+    path = save_measurements(MeasurementSet(tuple(data)), tmp_path / f"m{suffix}")
+    loaded = load_measurements(path).batches
+    assert [m.batch for m in loaded] == [m.batch for m in data]
+    assert [m.latency_ms for m in loaded] == pytest.approx([m.latency_ms for m in data])
+
+
+def test_bad_csv_names_the_line_and_the_fix(tmp_path) -> None:
+    path = tmp_path / "bad.csv"
+    path.write_text("latency_ms,decode_contexts,prefill_chunks\n3.0,100,\n2.0,,512-0\n")
+    with pytest.raises(ValueError, match=r"line 3.*new_tokens:prefix_tokens"):
+        load_measurements(path)
+    path.write_text("latency,decode\n1,2\n")
+    with pytest.raises(ValueError, match="missing"):
+        load_measurements(path)
+
+
+def test_bad_json_record_names_its_index(tmp_path) -> None:
+    path = tmp_path / "bad.json"
+    path.write_text(
+        json.dumps(
+            {
+                "schema": "lookahead-sdk/batch-measurements/v1",
+                "batches": [{"decode_contexts": [5], "latency_ms": 1.0}, {"latency_ms": -2}],
+            }
+        )
+    )
+    with pytest.raises(ValueError, match=r"batches\[1\]"):
+        load_measurements(path)
+
+
+def test_calibrate_command_writes_a_loadable_profile_and_report(tmp_path, capsys) -> None:
+    data = measured(random_batches(80, seed=11), TRUE_PROFILE, noise=0.02, seed=2)
+    data_path = save_measurements(MeasurementSet(tuple(data)), tmp_path / "batches.csv")
+    out, report = tmp_path / "profile.json", tmp_path / "report.json"
+    parser = argparse.ArgumentParser()
+    scheduling_cli.register(parser.add_subparsers())
+    args = parser.parse_args(
+        [
+            "calibrate",
+            "--profile-data", str(data_path),
+            "--out", str(out),
+            "--heldout-frac", "0.25",
+            "--report-json", str(report),
+        ]
+    )  # fmt: skip
+    assert args.func(args) == 0
+    profile = load_profile(out)
+    assert profile.name == "batches"
+    heldout = json.loads(report.read_text())["heldout"]
+    assert heldout["n_heldout"] == 20
+    assert set(heldout["context_aware"]) == {"max_rel_err", "mean_rel_err"}
+    assert "context-aware" in capsys.readouterr().out
