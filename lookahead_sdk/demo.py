@@ -10,12 +10,19 @@ from pathlib import Path
 
 from lookahead_sdk.agent.driver import STRATEGIES
 from lookahead_sdk.bench.common import write_json
-from lookahead_sdk.bench.ttft import TtftBenchConfig, plot, print_table, run_with_progress
+from lookahead_sdk.bench.ttft import (
+    DEFAULT_TOOL_LATENCY_S,
+    TtftBenchConfig,
+    plot,
+    print_table,
+    run_with_progress,
+)
 
 
 def main(args: argparse.Namespace) -> int:
     out = Path(args.out)
     config = TtftBenchConfig(
+        tool_latency_s=args.tool_latency,
         agents=args.agents,
         steps=args.steps,
         strategies=tuple(args.strategies.split(",")),
@@ -43,4 +50,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--steps", type=int, default=14)
     parser.add_argument("--strategies", default=",".join(STRATEGIES))
     parser.add_argument("--port", type=int, default=8089, help="embedded engine port")
+    parser.add_argument(
+        "--tool-latency",
+        type=float,
+        default=DEFAULT_TOOL_LATENCY_S,
+        help="mean seconds a tool call takes",
+    )
     parser.set_defaults(func=main)

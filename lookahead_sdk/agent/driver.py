@@ -108,13 +108,16 @@ async def run_agents(
     token_counter: TokenCounter | None = None,
     max_tokens: int = 32,
     on_turn: Callable[[TurnRecord], None] | None = None,
-    slack_admission: bool = True,
+    slack_admission: bool | None = None,
     tool_latency_s: float = 0.0,
 ) -> RunResult:
     """`agents` concurrent agents (seeds seed..seed+agents-1), each its own program."""
     if agents < 1:
         raise ValueError(f"agents must be >= 1, got {agents}")
     counter = token_counter or auto_token_counter(base_url)
+    # Client-side slack admission stands in for the server's on engines without priorities.
+    if slack_admission is None:
+        slack_admission = warmer == "llamacpp"
     gate = SlackGate(base_url) if slack_admission else None
     llm = ChatClient(
         base_url,

@@ -167,27 +167,16 @@ class ReferenceAgent:
         runtime.append({"role": "assistant", "content": None, "tool_calls": [call]})
         started = time.perf_counter()
         outcome = await runtime.commit()
-        answer = await self._run_subagent(
-            outcome.messages, delegation, step, started, outcome.kind, record
-        )
+        parent = current_tags()
+        child = replace(parent, program_id=f"{parent.program_id}/sub{step}") if parent else None
+        with use_tags(child):  # the sub-agent is its own program, with its own context
+            answer = await self._run_subagent(
+                outcome.messages, delegation, step, started, outcome.kind, record
+            )
         runtime.append(tool_message(call, answer))
         await runtime.boundary()
 
     async def _run_subagent(
-        self,
-        context: list[Message],
-        delegation: Delegation,
-        step: int,
-        started: float,
-        commit: CommitKind,
-        record: AgentRun,
-    ) -> str:
-        parent = current_tags()
-        child = replace(parent, program_id=f"{parent.program_id}/sub{step}") if parent else None
-        with use_tags(child):  # the sub-agent is its own program, with its own context
-            return await self._subagent_turns(context, delegation, step, started, commit, record)
-
-    async def _subagent_turns(
         self,
         context: list[Message],
         delegation: Delegation,

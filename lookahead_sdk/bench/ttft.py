@@ -23,6 +23,10 @@ from lookahead_sdk.agent.loop import TurnRecord
 from lookahead_sdk.bench.common import new_figure, percentile, progress, save_figure, write_json
 
 MODES = ("sync", "lookahead")
+# Mean time a tool call takes to come back (the workload draws 0.5x-1.5x of it per call): a
+# sandbox round trip plus execution. It is the slack lookahead work can use on an engine that,
+# like llama.cpp on a CPU, is saturated while it serves a request.
+DEFAULT_TOOL_LATENCY_S = 3.0
 
 
 @dataclass(frozen=True)
@@ -36,6 +40,7 @@ class TtftBenchConfig:
     seed: int = 0
     max_tokens: int = 32
     port: int = 8089
+    tool_latency_s: float = DEFAULT_TOOL_LATENCY_S
 
     def __post_init__(self) -> None:
         unknown = set(self.strategies) - set(STRATEGIES)
@@ -133,6 +138,7 @@ async def run_ttft_bench(
             "warmer": warmer,
             "seed": config.seed,
             "max_tokens": config.max_tokens,
+            "tool_latency_s": config.tool_latency_s,
             "machine": f"{platform.machine()}, {__import__('os').cpu_count()} CPUs",
             "strategies": {},
         }
@@ -157,6 +163,7 @@ async def run_ttft_bench(
                     model=facts["model"],
                     max_tokens=config.max_tokens,
                     on_turn=on_turn,
+                    tool_latency_s=config.tool_latency_s,
                 )
                 runs[mode] = result.to_json()
             document["strategies"][strategy] = runs
@@ -333,6 +340,7 @@ def main(args: argparse.Namespace) -> int:
         seed=args.seed,
         max_tokens=args.max_tokens,
         port=args.port,
+        tool_latency_s=args.tool_latency,
     )
     document = asyncio.run(run_with_progress(config))
     write_json(args.json, document)
@@ -365,6 +373,12 @@ def register(bench_subparsers: argparse._SubParsersAction) -> None:
         "--max-tokens", type=int, default=32, help="tokens generated per normal turn"
     )
     parser.add_argument("--port", type=int, default=8089, help="embedded engine port")
+    parser.add_argument(
+        "--tool-latency",
+        type=float,
+        default=DEFAULT_TOOL_LATENCY_S,
+        help="mean seconds a tool call takes (0.5x-1.5x per call)",
+    )
     parser.add_argument("--json", required=True)
     parser.add_argument("--plot")
     parser.set_defaults(func=main)

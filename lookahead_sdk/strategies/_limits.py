@@ -49,6 +49,15 @@ class LimitTriggered(ContextPolicy):
                     f"{window_tokens}-token window: lower lookahead_at or raise hard_limit"
                 )
 
+    def _check_below_hard(
+        self, value: Budget, window_tokens: int, field_name: str, why: str
+    ) -> None:
+        tokens = resolve_budget(value, window_tokens, field_name)
+        if tokens >= self.hard_tokens_for(window_tokens):
+            raise ValueError(
+                f"{field_name} resolves to {tokens} tokens, not below hard_limit: {why}"
+            )
+
     def hard_tokens_for(self, window_tokens: int) -> int:
         return resolve_budget(self.hard_limit, window_tokens, "hard_limit")
 

@@ -11,7 +11,6 @@ from lookahead_sdk.policy import (
     TransformContext,
     TransformResult,
     check_budget,
-    resolve_budget,
 )
 from lookahead_sdk.strategies._limits import HARD_LIMIT, LimitTriggered
 
@@ -69,11 +68,9 @@ class KeepRecent(LimitTriggered):
 
     def validate(self, window_tokens: int) -> None:
         super().validate(window_tokens)
-        budget = resolve_budget(self.budget, window_tokens, "budget")
-        if budget >= self.hard_tokens_for(window_tokens):
-            raise ValueError(
-                f"budget resolves to {budget} tokens, not below hard_limit: the window would never shrink"
-            )
+        self._check_below_hard(
+            self.budget, window_tokens, "budget", "the window would never shrink"
+        )
 
     async def transform(
         self, messages: Sequence[Message], ctx: TransformContext

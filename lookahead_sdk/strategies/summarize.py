@@ -11,7 +11,6 @@ from lookahead_sdk.policy import (
     TransformContext,
     TransformResult,
     check_budget,
-    resolve_budget,
 )
 from lookahead_sdk.strategies._limits import HARD_LIMIT, SOFT_LIMIT, LimitTriggered
 from lookahead_sdk.strategies.keep_recent import recent_groups_start
@@ -52,11 +51,9 @@ class Summarize(LimitTriggered):
 
     def validate(self, window_tokens: int) -> None:
         super().validate(window_tokens)
-        recent = resolve_budget(self.recent_budget, window_tokens, "recent_budget")
-        if recent >= self.hard_tokens_for(window_tokens):
-            raise ValueError(
-                f"recent_budget resolves to {recent} tokens, not below hard_limit: nothing would be summarized"
-            )
+        self._check_below_hard(
+            self.recent_budget, window_tokens, "recent_budget", "nothing would be summarized"
+        )
 
     async def transform(
         self, messages: Sequence[Message], ctx: TransformContext

@@ -1,0 +1,104 @@
+"""Client-side slack admission and llama.cpp slot placement, over real HTTP to a stub server."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+from openai import AsyncOpenAI
+
+from lookahead_sdk import RequestTags, tagged_async_http_client, use_tags
+from lookahead_sdk.llamacpp_slots import SlotPairs
+from lookahead_sdk.slack import FOREGROUND, ForegroundRegistry, SlackGate, origin_of
+
+from ..support.recording_proxy import RecordingProxy
+
+
+@pytest.fixture
+def stub_server():
+    with RecordingProxy() as server:
+        yield server
+
+
+async def test_foreground_requests_are_counted_until_their_stream_closes(stub_server: RecordingProxy) -> None:
+    origin = origin_of(stub_server.url)
+    client = AsyncOpenAI(base_url=f"{stub_server.url}/v1", api_key="x", http_client=tagged_async_http_client())
+    with use_tags(RequestTags("p")):
+        stream = await client.chat.completions.create(model="m", messages=[{"role": "user", "content": "hi"}], stream=True)
+        assert FOREGROUND.count(origin) == 1
+        async for _ in stream:
+            pass
+    assert FOREGROUND.count(origin) == 0
+    with use_tags(RequestTags("p").lookahead("g")):  # best-effort work is never foreground
+        await client.chat.completions.create(model="m", messages=[{"role": "user", "content": "hi"}])
+        assert FOREGROUND.count(origin) == 0
+    await client.close()
+
+
+async def test_gate_holds_best_effort_work_until_the_foreground_is_done() -> None:
+    registry = ForegroundRegistry()
+    gate = SlackGate("http://engine:1", poll_s=0.005, registry=registry)
+    registry.begin("http://engine:1")
+    with use_tags(RequestTags("p").lookahead("g")):
+        waiter = asyncio.create_task(gate.wait())
+        await asyncio.sleep(0.05)
+        assert not waiter.done()
+        registry.end("http://engine:1")
+        assert await waiter >= 0.04
+    with use_tags(RequestTags("p")):  # latency-critical callers never wait
+        registry.begin("http://engine:1")
+        assert await gate.wait() == 0.0
+
+
+async def test_promotion_releases_waiting_work_of_that_group_only() -> None:
+    registry = ForegroundRegistry()
+    gate = SlackGate("http://engine:1", poll_s=0.005, registry=registry)
+    registry.begin("http://engine:1")
+
+    async def wait_as(group: str) -> float:
+        with use_tags(RequestTags("p").lookahead(group)):
+            return await gate.wait()
+
+    promoted, other = asyncio.create_task(wait_as("g1")), asyncio.create_task(wait_as("g2"))
+    await asyncio.sleep(0.02)
+    registry.promote("g1")
+    await asyncio.wait_for(promoted, 1)
+    assert not other.done()
+    other.cancel()
+
+
+def test_slot_pairs_pin_foreground_and_lookahead_and_swap_on_commit() -> None:
+    pairs = SlotPairs()
+    pairs.configure("http://e", 5)
+    first, second = pairs.enroll("http://e", "a"), pairs.enroll("http://e", "b")
+    assert first is not None and second is not None
+    assert pairs.enroll("http://e", "c") is None  # 5 slots hold two pairs only
+    assert {first.current, first.branch}.isdisjoint({second.current, second.branch})
+    live, branch = RequestTags("a"), RequestTags("a").lookahead("g")
+    current = pairs.slot_for("http://e", live)
+    assert pairs.slot_for("http://e", branch) != current
+    pairs.swap("http://e", "a")
+    assert pairs.slot_for("http://e", branch) == current
+    assert pairs.slot_for("http://e", RequestTags("a/sub1")) is None  # sub-agents: server's choice
+    pairs.release("http://e", "a")
+    assert pairs.enroll("http://e", "c") is not None
+
+
+async def test_llamacpp_wire_adds_the_slot(stub_server: RecordingProxy) -> None:
+    from lookahead_sdk.llamacpp_slots import SLOT_PAIRS
+
+    origin = origin_of(stub_server.url)
+    SLOT_PAIRS.configure(origin, 4)
+    SLOT_PAIRS.enroll(origin, "prog")
+    client = tagged_async_http_client(wire="llamacpp")
+    try:
+        with use_tags(RequestTags("prog")):
+            await client.post(f"{stub_server.url}/v1/chat/completions", json={"messages": []})
+        with use_tags(RequestTags("prog").lookahead("g")):
+            await client.post(f"{stub_server.url}/completion", json={"prompt": "x"})
+    finally:
+        SLOT_PAIRS.release(origin, "prog")
+        await client.aclose()
+    foreground, warmup = (r.body for r in stub_server.requests)
+    assert isinstance(foreground["id_slot"], int) and isinstance(warmup["id_slot"], int)
+    assert foreground["id_slot"] != warmup["id_slot"]
