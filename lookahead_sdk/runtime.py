@@ -29,7 +29,7 @@ from dataclasses import asdict, dataclass, replace
 from enum import StrEnum
 from typing import Any, Literal
 
-from lookahead_sdk.messages import Message
+from lookahead_sdk.messages import Message, messages_digest
 from lookahead_sdk.offload_store import OffloadStore
 from lookahead_sdk.policy import (
     CompletionClient,
@@ -248,9 +248,15 @@ class LookaheadRuntime:
                 "committed", self.tags.program_id, replaced=self.policy.commit_mode == "replace"
             )
             if self.policy.commit_mode == "replace" and self._still_over_limit(messages):
-                # The suffix that arrived since the snapshot kept the context over the limit.
+                # The suffix that arrived since the snapshot kept the context over the limit:
+                # transform once more, reusing the transform the last warm-up already ran on
+                # exactly these messages (transforms are functions of their input).
                 self.stats.overflow_transforms += 1
-                messages, elapsed = await self._transform_now(messages)
+                prepared = lookahead.overflow
+                if prepared is not None and prepared[0] == messages_digest(messages):
+                    messages, elapsed = list(prepared[1]), 0.0
+                else:
+                    messages, elapsed = await self._transform_now(messages)
                 outcome = replace(
                     outcome, messages=messages, reason="overflow", transform_s=elapsed
                 )
@@ -407,6 +413,16 @@ class LookaheadRuntime:
             tags = tags.promoted()
         with use_tags(tags):
             try:
+                if self.policy.commit_mode == "replace" and self._still_over_limit(messages):
+                    # A commit now would transform again (overflow): prepare and warm that.
+                    ctx = self._transform_context(is_lookahead=True, partial_output=None)
+                    digest = messages_digest(messages)
+                    messages = (await self.policy.transform(messages, ctx)).messages
+                    self._account(
+                        group_id, ctx.usage.uncached_prompt_tokens, ctx.usage.completion_tokens
+                    )
+                    if lookahead.group_id == group_id:
+                        lookahead.overflow = (digest, tuple(messages))
                 outcome = await self.warmer.warm(messages, shape=self.shape, open_last=open_last)
             except asyncio.CancelledError:
                 raise
@@ -490,7 +506,19 @@ class LookaheadRuntime:
             llm=self.llm,
             offload_store=self.offload_store,
             partial_output=partial_output,
+            prefill=self._prefill_for_llm_call if self.warmer is not None else None,
         )
+
+    async def _prefill_for_llm_call(self, messages: Sequence[Message]) -> int:
+        """Warm a transform's LLM request prefix (e.g. Summarize's history) in the warmer's
+        best-effort chunks; the plain completion client used by transforms sends no tools."""
+        assert self.warmer is not None
+        try:
+            result = await self.warmer.warm(messages, shape=replace(self.shape, tools=None))
+        except Exception as error:  # only an optimization: the LLM call prefills what is missing
+            log.warning("prefill before a transform's LLM call failed: %r", error)
+            return 0
+        return result.prefilled_tokens
 
     # -- persistence -------------------------------------------------------------------------
     def save_state(self) -> dict[str, Any]:

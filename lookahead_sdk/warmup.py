@@ -194,6 +194,11 @@ class LlamaCppWarmer(_HttpWarmer):
         self, messages: Sequence[Message], *, shape: RequestShape, open_last: bool = False
     ) -> WarmupResult:
         started = time.perf_counter()
+        messages = list(messages)
+        # llama-server renders a trailing assistant message as one to continue (and refuses one
+        # with tool calls); the next request closes it, so only the prefix before it is shared.
+        while messages and messages[-1].get("role") == "assistant" and not open_last:
+            messages.pop()
         prompt = await self.render(messages, shape, open_last=open_last)
         if self.gate is None:
             prefilled, cached = await self._prefill(prompt)

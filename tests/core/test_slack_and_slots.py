@@ -20,17 +20,25 @@ def stub_server():
         yield server
 
 
-async def test_foreground_requests_are_counted_until_their_stream_closes(stub_server: RecordingProxy) -> None:
+async def test_foreground_requests_are_counted_until_their_stream_closes(
+    stub_server: RecordingProxy,
+) -> None:
     origin = origin_of(stub_server.url)
-    client = AsyncOpenAI(base_url=f"{stub_server.url}/v1", api_key="x", http_client=tagged_async_http_client())
+    client = AsyncOpenAI(
+        base_url=f"{stub_server.url}/v1", api_key="x", http_client=tagged_async_http_client()
+    )
     with use_tags(RequestTags("p")):
-        stream = await client.chat.completions.create(model="m", messages=[{"role": "user", "content": "hi"}], stream=True)
+        stream = await client.chat.completions.create(
+            model="m", messages=[{"role": "user", "content": "hi"}], stream=True
+        )
         assert FOREGROUND.count(origin) == 1
         async for _ in stream:
             pass
     assert FOREGROUND.count(origin) == 0
     with use_tags(RequestTags("p").lookahead("g")):  # best-effort work is never foreground
-        await client.chat.completions.create(model="m", messages=[{"role": "user", "content": "hi"}])
+        await client.chat.completions.create(
+            model="m", messages=[{"role": "user", "content": "hi"}]
+        )
         assert FOREGROUND.count(origin) == 0
     await client.close()
 

@@ -1,0 +1,130 @@
+"""Lookahead runtimes living on an adapter's own event-loop thread, reachable from any hook.
+
+Framework hooks come in sync flavours (called from worker threads) and async flavours (called on
+whatever loop the user's `asyncio.run` created, often a new one per invocation). A runtime whose
+background jobs lived on the caller's loop would die with it, so each adapter owns one private
+loop: sync hooks block on it, async hooks await it without blocking their own loop. The warmer
+and summarizer clients the runtimes use run there too (httpx connections belong to the loop that
+opened them), so the adapter closes them with its loop. One hop per hook: each operation is a
+coroutine function run on that thread.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+import threading
+import time
+from collections.abc import Awaitable, Callable, Coroutine, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from typing import Any, TypeVar
+
+from lookahead_sdk.runtime import LookaheadRuntime
+from lookahead_sdk.sync_runtime import BackgroundLoop
+
+T = TypeVar("T")
+Operation = Callable[[LookaheadRuntime], Awaitable[T]]
+
+
+class AdapterLoop:
+    def __init__(self, name: str = "lookahead-adapter") -> None:
+        self._background = BackgroundLoop(name)
+
+    @property
+    def loop(self) -> asyncio.AbstractEventLoop:
+        return self._background.loop
+
+    @property
+    def closed(self) -> bool:
+        return self.loop.is_closed()
+
+    def run(self, coroutine: Coroutine[Any, Any, T]) -> T:
+        """From synchronous code: block until the coroutine finished on the adapter's loop."""
+        return self._background.run(coroutine)
+
+    async def arun(self, coroutine: Coroutine[Any, Any, T]) -> T:
+        """From async code on any loop: await without blocking that loop."""
+        if asyncio.get_running_loop() is self.loop:
+            return await coroutine
+        return await asyncio.wrap_future(asyncio.run_coroutine_threadsafe(coroutine, self.loop))
+
+    def host(self, create: Callable[[], LookaheadRuntime]) -> HostedRuntime:
+        """A runtime built on this loop (its background tasks belong there)."""
+
+        async def build() -> LookaheadRuntime:
+            return create()
+
+        return HostedRuntime(self, self.run(build()))
+
+    async def _close_all(
+        self, runtimes: list[HostedRuntime], resources: tuple[object, ...]
+    ) -> None:
+        for hosted in runtimes:
+            await hosted.runtime.aclose()
+        for resource in resources:
+            closer = getattr(resource, "aclose", None)
+            result = closer() if closer is not None else None
+            if inspect.isawaitable(result):
+                await result
+
+    def close(self, runtimes: list[HostedRuntime], *resources: object) -> None:
+        """Close the runtimes, then the clients they used (warmer, summarizer), then the loop."""
+        if self.closed:
+            return
+        try:
+            self.run(self._close_all(runtimes, resources))
+        finally:
+            self._background.close()
+
+    async def aclose(self, runtimes: list[HostedRuntime], *resources: object) -> None:
+        if self.closed:
+            return
+        try:
+            await self.arun(self._close_all(runtimes, resources))
+        finally:
+            await asyncio.to_thread(self._background.close)
+
+
+class HostedRuntime:
+    def __init__(self, loop: AdapterLoop, runtime: LookaheadRuntime) -> None:
+        self.loop = loop
+        self.runtime = runtime
+
+    def call(self, operation: Operation[T]) -> T:
+        return self.loop.run(_apply(operation, self.runtime))
+
+    async def acall(self, operation: Operation[T]) -> T:
+        return await self.loop.arun(_apply(operation, self.runtime))
+
+
+async def _apply(operation: Operation[T], runtime: LookaheadRuntime) -> T:
+    return await operation(runtime)
+
+
+@dataclass
+class HookClock:
+    """Time an adapter spends in its own hooks, summed per model turn (the adapter's overhead).
+
+    A turn runs from one model-call hook to the next, so it holds every hook around one call:
+    history sync, boundary, commit check, tag merging.
+    """
+
+    turns_ms: list[float] = field(default_factory=list)
+    _lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def start_turn(self) -> None:
+        with self._lock:
+            self.turns_ms.append(0.0)
+
+    @contextmanager
+    def measure(self) -> Iterator[None]:
+        started = time.perf_counter()
+        try:
+            yield
+        finally:
+            elapsed_ms = (time.perf_counter() - started) * 1000
+            with self._lock:
+                if not self.turns_ms:
+                    self.turns_ms.append(0.0)
+                self.turns_ms[-1] += elapsed_ms

@@ -1,0 +1,140 @@
+"""Keeping a runtime's history in step with a framework's own message list.
+
+A framework hands its adapter the full list it is about to send (or just stored). The mirror
+works out what is new since it last looked and appends only that, so each hook costs O(new
+messages) conversions. Messages are matched by identity, then by a cheap framework key (e.g. a
+LangChain message id), then by the digest of their OpenAI form.
+
+Two views are tracked, because after a commit they differ:
+- `seen`: the framework's list as last synced (a framework may keep its uncommitted list, e.g.
+  LlamaIndex's scratchpad);
+- `main`: one framework item per runtime message (the committed history, items reused where the
+  commit kept a message verbatim, built with `from_openai` where it made a new one).
+A new list extending `seen` or `main` appends its tail; anything else replaces the history (a
+running lookahead then goes stale by the runtime's own signature check: safe, never wrong).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Hashable, Sequence
+from dataclasses import dataclass
+from typing import Generic, TypeVar
+
+from lookahead_sdk.messages import Message, message_digest
+
+M = TypeVar("M")
+
+
+@dataclass
+class Entry(Generic[M]):
+    item: M
+    key: Hashable | None
+    message: Message
+    digest: bytes
+
+
+@dataclass(frozen=True)
+class SyncPlan:
+    append: list[Message]
+    replace: list[Message] | None = None  # set when the framework's list diverged from ours
+
+    @property
+    def changed(self) -> bool:
+        return bool(self.append) or self.replace is not None
+
+
+class HistoryMirror(Generic[M]):
+    def __init__(
+        self,
+        to_openai: Callable[[M], Message],
+        from_openai: Callable[[Message], M],
+        key: Callable[[M], Hashable | None] = lambda item: None,
+    ) -> None:
+        self.to_openai = to_openai
+        self.from_openai = from_openai
+        self.key = key
+        self.seen: list[Entry[M]] = []
+        self.main: list[Entry[M]] = []
+
+    def entry(self, item: M) -> Entry[M]:
+        message = self.to_openai(item)
+        return Entry(item, self.key(item), message, message_digest(message))
+
+    def _matches(self, entry: Entry[M], item: M) -> bool:
+        if entry.item is item:
+            return True
+        key = self.key(item)
+        if key is not None and entry.key is not None:
+            return key == entry.key
+        return message_digest(self.to_openai(item)) == entry.digest
+
+    def _extends(self, entries: Sequence[Entry[M]], items: Sequence[M]) -> bool:
+        return len(items) >= len(entries) and all(
+            self._matches(e, i) for e, i in zip(entries, items, strict=False)
+        )
+
+    def plan(self, items: Sequence[M]) -> SyncPlan:
+        """Update both views for the framework's current `items`; what the runtime must do."""
+        if self._extends(self.seen, items):
+            new = [self.entry(item) for item in items[len(self.seen) :]]
+            self.seen.extend(new)
+            self.main.extend(new)
+            return SyncPlan([e.message for e in new])
+        if self._extends(self.main, items):
+            new = [self.entry(item) for item in items[len(self.main) :]]
+            self.main.extend(new)
+            self.seen = list(self.main)
+            return SyncPlan([e.message for e in new])
+        entries = [self.entry(item) for item in items]
+        self.seen, self.main = entries, list(entries)
+        return SyncPlan([], replace=[e.message for e in entries])
+
+    def extend(self, items: Sequence[M]) -> list[Message]:
+        """Items the framework is about to add after what was seen (e.g. a tool's output)."""
+        new = [self.entry(item) for item in items]
+        self.seen.extend(new)
+        self.main.extend(new)
+        return [e.message for e in new]
+
+    def adopt(self, committed: Sequence[Message]) -> list[M]:
+        """`main` becomes the committed history; returns it as framework items."""
+        reusable: dict[bytes, list[Entry[M]]] = {}
+        for old in (*self.main, *self.seen):
+            if all(old is not e for e in reusable.get(old.digest, ())):
+                reusable.setdefault(old.digest, []).append(old)
+        entries = []
+        for message in committed:
+            digest = message_digest(message)
+            candidates = reusable.get(digest)
+            entry = candidates.pop(0) if candidates else None  # each old item is reused once
+            if entry is None:
+                item = self.from_openai(message)
+                entry = Entry(item, self.key(item), message, digest)
+            entries.append(entry)
+        self.main = entries
+        return [e.item for e in entries]
+
+    def unmatched(self, items: Sequence[M], start: int) -> list[M]:
+        """The `items` not already mirrored as `seen[start:]`, matched in order (e.g. a run's
+        scratchpad that the agent stores once the run ends, plus its final answer)."""
+        candidates = self.seen[start:]
+        position, new = 0, []
+        for item in items:
+            if position < len(candidates) and self._matches(candidates[position], item):
+                position += 1
+            else:
+                new.append(item)
+        return new
+
+    @property
+    def diverged(self) -> bool:
+        """The runtime's history is not the framework's list (a commit rewrote it)."""
+        return len(self.seen) != len(self.main) or any(
+            s is not m for s, m in zip(self.seen, self.main, strict=True)
+        )
+
+    def main_items(self) -> list[M]:
+        return [e.item for e in self.main]
+
+    def reset(self) -> None:
+        self.seen, self.main = [], []

@@ -1,0 +1,172 @@
+"""What the example agents share: their task, a real tool, and the per-turn report.
+
+The tool reads the running interpreter's standard-library sources (the reference workload's
+corpus, through its own reader). Its `path` is a Literal of file names, which every framework
+turns into a JSON-schema enum: a small model writing calls under constrained decoding can then
+only name files that exist.
+"""
+
+from __future__ import annotations
+
+import argparse
+import inspect
+import random
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Annotated, Literal, get_args
+
+from rich.console import Console
+from rich.table import Table
+
+from lookahead_sdk.adapters.endpoint import Endpoint
+from lookahead_sdk.agent.workload import corpus_root, read_source_tool
+from lookahead_sdk.bench.common import write_json
+from lookahead_sdk.runtime import CommitKind
+from lookahead_sdk.tools import Tool
+
+MODULES: tuple[str, ...] = (
+    "csv.py",
+    "shlex.py",
+    "textwrap.py",
+    "json/decoder.py",
+    "configparser.py",
+    "tokenize.py",
+)
+LINES_PER_READ = 16
+SYSTEM_PROMPT = (
+    "You are a careful code-analysis agent. Read source files chunk by chunk with the "
+    "read_source tool and look for risky code: error handling, input validation, concurrency. "
+    "Keep reading new chunks; answer with short findings only when asked to stop."
+)
+
+
+def task(modules: Sequence[str] = MODULES[:3]) -> str:
+    return f"Analyze these standard-library modules for risky code: {', '.join(modules)}. Read them chunk by chunk."
+
+
+def source_reader(
+    lines: int = LINES_PER_READ, root: Path | None = None, *, latency_s: float = 0.0, seed: int = 0
+) -> Callable[..., Awaitable[str]]:
+    """`read_source(path, start_line)`: `lines` numbered lines of a corpus file. Any start line
+    is valid (it wraps around the end of the file), so every call returns real source.
+
+    `latency_s` models a tool running in a remote sandbox, as the reference workload does: each
+    call takes 0.5x-1.5x of it (seeded). That time is the slack lookahead work can use on an
+    engine that, like llama.cpp on a CPU, is saturated while it serves a request."""
+    if latency_s < 0:
+        raise ValueError(f"latency_s must be >= 0 seconds, got {latency_s}")
+    root = root or corpus_root()
+    modules = tuple(m for m in MODULES if (root / m).is_file())
+    if not modules:
+        raise FileNotFoundError(f"none of {MODULES} under {root}; is this a full CPython install?")
+    rng = random.Random(seed)
+    read = read_source_tool(
+        root, (lambda: latency_s * rng.uniform(0.5, 1.5)) if latency_s else None
+    ).function
+    lengths = {
+        m: max(1, len((root / m).read_text(encoding="utf-8", errors="replace").splitlines()))
+        for m in modules
+    }
+
+    async def read_source(path: str, start_line: int = 1) -> str:
+        start = (start_line - 1) % lengths[path] + 1
+        text = read(path, start, start + lines - 1)
+        return await text if inspect.isawaitable(text) else text
+
+    read_source.__doc__ = (
+        f"Read {lines} numbered lines of a Python standard-library source file, from start_line."
+    )
+    read_source.__annotations__ = {
+        "path": Literal[modules],  # type: ignore[valid-type]
+        "start_line": Annotated[int, "the first line to read, from 1"],
+        "return": str,
+    }
+    return read_source
+
+
+def source_tool(
+    lines: int = LINES_PER_READ, root: Path | None = None, *, latency_s: float = 0.0
+) -> Tool:
+    """The same reader as a lookahead-sdk `Tool` (for the reference agent's ToolRegistry)."""
+    reader = source_reader(lines, root, latency_s=latency_s)
+    modules = get_args(reader.__annotations__["path"])
+    return Tool(
+        name="read_source",
+        description=reader.__doc__ or "",
+        parameters={
+            "type": "object",
+            "properties": {
+                "path": {"type": "string", "enum": list(modules)},
+                "start_line": {"type": "integer", "description": "the first line to read, from 1"},
+            },
+            "required": ["path"],
+        },
+        function=reader,
+    )
+
+
+@dataclass(frozen=True)
+class TurnRow:
+    turn: int
+    commit: CommitKind
+    context_tokens: int
+    ttft_s: float | None  # from the adapter's model-call hook (commit included) to the first token
+
+
+def write_turns(
+    path: str | Path, *, framework: str, mode: str, model: str, rows: Sequence[TurnRow]
+) -> Path:
+    """The rows as JSON, for `lookahead-sdk bench adapters`."""
+    document = {
+        "framework": framework,
+        "mode": mode,
+        "model": model,
+        "rows": [{**asdict(row), "commit": row.commit.value} for row in rows],
+    }
+    return write_json(path, document)
+
+
+def print_turns(title: str, rows: Sequence[TurnRow], console: Console | None = None) -> None:
+    table = Table(title=title)
+    for column in ("turn", "commit", "context tokens", "TTFT"):
+        table.add_column(column, justify="right")
+    for row in rows:
+        ttft = "-" if row.ttft_s is None else f"{row.ttft_s:.2f}s"
+        style = "bold" if row.commit is not CommitKind.NONE else None
+        table.add_row(str(row.turn), row.commit.value, str(row.context_tokens), ttft, style=style)
+    (console or Console()).print(table)
+
+
+def example_parser(doc: str) -> argparse.ArgumentParser:
+    """The command line every example shares."""
+    parser = argparse.ArgumentParser(
+        description=doc.strip().splitlines()[0],
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument(
+        "--base-url", help="an OpenAI-compatible server (default: the embedded engine)"
+    )
+    parser.add_argument("--port", type=int, default=8089, help="port of the embedded engine")
+    parser.add_argument("--mode", choices=("lookahead", "sync"), default="lookahead")
+    parser.add_argument("--steps", type=int, default=10, help="model calls before the agent stops")
+    parser.add_argument(
+        "--tool-latency",
+        type=float,
+        default=0.0,
+        help="mean seconds a tool call takes (a remote sandbox)",
+    )
+    parser.add_argument("--json", help="also write the per-turn rows as JSON here")
+    return parser
+
+
+def example_endpoint(args: argparse.Namespace) -> Endpoint:
+    return Endpoint.connect(args.base_url) if args.base_url else Endpoint.embedded(port=args.port)
+
+
+def report(
+    args: argparse.Namespace, framework: str, endpoint: Endpoint, rows: Sequence[TurnRow]
+) -> None:
+    print_turns(f"{framework}, {args.mode} mode, {endpoint.model}", rows)
+    if args.json:
+        write_turns(args.json, framework=framework, mode=args.mode, model=endpoint.model, rows=rows)

@@ -1,0 +1,268 @@
+"""LookaheadChatCompletionContext and LookaheadModelClient with a real AssistantAgent and
+AutoGen's own replay model client."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import Sequence
+from typing import Any
+
+import pytest
+from autogen_agentchat.agents import AssistantAgent
+from autogen_core import FunctionCall
+from autogen_core.models import (
+    AssistantMessage,
+    CreateResult,
+    FunctionExecutionResult,
+    FunctionExecutionResultMessage,
+    LLMMessage,
+    ModelFamily,
+    RequestUsage,
+    SystemMessage,
+    UserMessage,
+)
+from autogen_core.tools import FunctionTool
+from autogen_ext.models.openai import OpenAIChatCompletionClient
+from autogen_ext.models.replay import ReplayChatCompletionClient
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from lookahead_sdk import RequestTags, context_policy
+from lookahead_sdk.adapters.autogen import (
+    LookaheadChatCompletionContext,
+    LookaheadModelClient,
+    from_openai,
+    to_openai,
+)
+from lookahead_sdk.runtime import CommitKind
+from lookahead_sdk.state import LookaheadStatus
+from lookahead_sdk.strategies import KeepRecent, Offload, Summarize
+from lookahead_sdk.tokens import ApproxTokenCounter, CachedTokenCounter
+
+from ..support.recording_proxy import RecordingProxy
+
+INFO = {
+    "vision": False,
+    "function_calling": True,
+    "json_output": False,
+    "structured_output": False,
+    "family": ModelFamily.UNKNOWN,
+}
+USAGE = RequestUsage(prompt_tokens=0, completion_tokens=0)
+CHUNK_WORDS = 150
+
+
+def read(n: int) -> str:
+    """read chunk n"""
+    return f"chunk {n}: " + " ".join(f"w{n}_{k}" for k in range(CHUNK_WORDS))
+
+
+class RecordingReplay(ReplayChatCompletionClient):
+    """AutoGen's replay client, remembering the messages each call received."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.received: list[list[LLMMessage]] = []
+
+    async def create(self, messages: Sequence[LLMMessage], **kwargs: Any) -> CreateResult:
+        self.received.append(list(messages))
+        return await super().create(messages, **kwargs)
+
+
+def replay(calls: int) -> RecordingReplay:
+    results: list[Any] = [
+        CreateResult(
+            finish_reason="function_calls",
+            content=[FunctionCall(id=f"c{i}", name="read", arguments=json.dumps({"n": i}))],
+            usage=USAGE,
+            cached=False,
+        )
+        for i in range(calls)
+    ]
+    results.append(CreateResult(finish_reason="stop", content="done", usage=USAGE, cached=False))
+    return RecordingReplay(results, model_info=INFO)
+
+
+def context(policy: Any = None, **kwargs: Any) -> LookaheadChatCompletionContext:
+    return LookaheadChatCompletionContext(
+        policy if policy is not None else KeepRecent(budget=400, lookahead_at=600, hard_limit=900),
+        system_message="analyze",
+        token_counter=CachedTokenCounter(ApproxTokenCounter()),
+        **kwargs,
+    )
+
+
+def test_the_commit_replaces_the_messages_the_model_receives() -> None:
+    client = replay(9)
+    ctx = context()
+    agent = AssistantAgent(
+        "analyst",
+        LookaheadModelClient(client, context=ctx),
+        tools=[read],
+        system_message="analyze",
+        model_context=ctx,
+        max_tool_iterations=20,
+    )
+
+    async def go() -> None:
+        try:
+            await agent.run(task="go")
+        finally:
+            await ctx.aclose()
+
+    asyncio.run(go())
+    committed = [i for i, call in enumerate(ctx.calls) if call.commit is not CommitKind.NONE]
+    assert committed and ctx.runtime.stats.hits >= 1 and ctx.runtime.stats.stale == 0
+    for i in committed:
+        sent, before = client.received[i], client.received[i - 1]
+        assert isinstance(sent[0], SystemMessage) and isinstance(sent[1], UserMessage)
+        assert len(sent) < len(before) + 2
+        assert isinstance(
+            sent[-1], FunctionExecutionResultMessage
+        )  # the newest tool output is kept
+    assert max(len(r) for r in client.received) < 2 + 2 * 9
+
+
+async def ready_lookahead(ctx: LookaheadChatCompletionContext) -> None:
+    for _ in range(500):
+        if await ctx.hosted.acall(lambda runtime: _status(runtime)) is LookaheadStatus.READY:
+            return
+        await asyncio.sleep(0.01)
+    raise AssertionError("the lookahead never became ready")
+
+
+async def _status(runtime: Any) -> LookaheadStatus:
+    return runtime.lookahead.status
+
+
+def test_state_round_trips_with_the_pending_lookahead_result() -> None:
+    async def go() -> tuple[Any, list[LLMMessage], int, int, int]:
+        first = context()
+        await first.add_message(UserMessage(content="go", source="user"))
+        i = 0
+        while first.runtime.main.tokens < 600:  # past the soft trigger
+            await first.add_message(
+                AssistantMessage(
+                    content=[FunctionCall(id=f"c{i}", name="read", arguments="{}")], source="a"
+                )
+            )
+            await first.add_message(
+                FunctionExecutionResultMessage(
+                    content=[FunctionExecutionResult(content=read(i), name="read", call_id=f"c{i}")]
+                )
+            )
+            i += 1
+        assert first.runtime.main.tokens < 900  # below the hard limit: nothing committed yet
+        await ready_lookahead(first)
+        state = await first.save_state()
+        started_before = first.runtime.stats.lookaheads_started
+        saved_messages = await first.get_messages()
+        await first.aclose()
+
+        second = context()
+        await second.load_state(json.loads(json.dumps(state)))  # the state is JSON-safe
+        restored = await second.get_messages()
+        await second.add_message(
+            AssistantMessage(
+                content=[FunctionCall(id="c9", name="read", arguments="{}")], source="a"
+            )
+        )
+        await second.add_message(
+            FunctionExecutionResultMessage(
+                content=[FunctionExecutionResult(content=read(9), name="read", call_id="c9")]
+            )
+        )
+        committed = await second.get_messages()
+        kind = second.calls[-1].commit
+        started_after = second.runtime.stats.lookaheads_started
+        await second.aclose()
+        assert restored == saved_messages
+        return kind, committed, len(saved_messages), started_before, started_after
+
+    kind, committed, before, started_before, started_after = asyncio.run(go())
+    assert kind is CommitKind.HIT
+    assert started_after == started_before  # the restored result was committed, none recomputed
+    assert len(committed) < before + 2
+
+
+def test_load_state_rejects_foreign_state() -> None:
+    ctx = context()
+    with pytest.raises(ValueError, match="save_state"):
+        asyncio.run(ctx.load_state({"messages": []}))
+
+
+def test_decorator_swaps_the_policy_in_one_line() -> None:
+    base = context(Summarize())
+    swapped = context_policy(Offload())(base)
+    assert isinstance(swapped, LookaheadChatCompletionContext) and isinstance(
+        swapped.settings.policy, Offload
+    )
+    assert swapped.system_message == base.system_message
+
+
+def test_client_merges_tags_with_its_own_and_the_calls_extra_body() -> None:
+    with RecordingProxy() as proxy:
+        inner = OpenAIChatCompletionClient(
+            model="m",
+            base_url=f"{proxy.url}/v1",
+            api_key="x",
+            model_info=INFO,
+            extra_body={"own": 1},
+            max_retries=0,
+        )
+        ctx = context_policy(Summarize())(context(Offload(), model="m"))  # swapped: keeps the rest
+        client = LookaheadModelClient(inner, context=ctx, tags=RequestTags(program_id="ag-agent"))
+
+        async def go() -> Any:
+            tool = FunctionTool(read, description="read chunk n")
+            extra = {"extra_body": {"per_call": 2}}
+            await client.create(
+                [UserMessage(content="q", source="user")], tools=[tool], extra_create_args=extra
+            )
+            await client.close()
+            shape = ctx.runtime.shape
+            await ctx.aclose()
+            return shape
+
+        shape = asyncio.run(go())
+        (body,) = proxy.bodies("/chat/completions")
+    assert body["program_id"] == "ag-agent" and body["priority_class"] == "lc"
+    assert body["own"] == 1 and body["per_call"] == 2
+    # Warm-ups render with what the request carried besides messages: the same tools and model.
+    assert list(shape.tools) == body["tools"] and shape.model == body["model"]
+
+
+# -- conversions: what the context stores converts back to what AutoGen sends --------------------
+texts = st.text(st.characters(codec="utf-8", exclude_categories=("Cs",)), max_size=20)
+calls = st.lists(
+    st.builds(
+        lambda i, a: FunctionCall(id=f"id{i}", name="read", arguments=a), st.integers(0, 999), texts
+    ),
+    min_size=1,
+    max_size=3,
+)
+messages = st.lists(
+    st.one_of(
+        st.builds(lambda t: UserMessage(content=t, source="user"), texts),
+        st.builds(lambda t: AssistantMessage(content=t, source="assistant"), texts),
+        calls.map(lambda cs: AssistantMessage(content=cs, source="assistant")),
+        st.lists(
+            st.builds(
+                lambda t, i: FunctionExecutionResult(content=t, name="read", call_id=f"id{i}"),
+                texts,
+                st.integers(0, 999),
+            ),
+            min_size=1,
+            max_size=3,
+        ).map(lambda rs: FunctionExecutionResultMessage(content=rs)),
+    ),
+    max_size=8,
+)
+
+
+@settings(max_examples=100, deadline=None)
+@given(messages)
+def test_openai_form_round_trips(history: list[LLMMessage]) -> None:
+    dicts = [d for m in history for d in to_openai(m)]
+    assert [d for m in from_openai(dicts) for d in to_openai(m)] == dicts

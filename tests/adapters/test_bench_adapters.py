@@ -1,0 +1,53 @@
+"""`bench adapters`: the overhead runs with each framework's fake model, the summary and the plot."""
+
+from __future__ import annotations
+
+from dataclasses import asdict
+from pathlib import Path
+
+import pytest
+
+from lookahead_sdk.bench.adapters import ExampleRun, plot, run_overhead, summary
+from lookahead_sdk.bench.common import percentile
+
+TURNS = 12
+
+
+@pytest.fixture(scope="module")
+def overhead_runs() -> list[dict]:
+    return [asdict(run) for run in run_overhead(TURNS, ("langchain", "llamaindex", "autogen"))]
+
+
+def test_every_adapter_reports_its_time_per_turn(overhead_runs: list[dict]) -> None:
+    names = [run["framework"] for run in overhead_runs]
+    assert names == ["langchain", "langchain (sync hooks)", "llamaindex", "autogen"]
+    for run in overhead_runs:
+        # one entry per tool-calling turn (the first and the final answer turn are left out)
+        assert len(run["hook_ms"]) >= TURNS - 2
+        assert all(ms > 0 for ms in run["hook_ms"])
+        assert run["turn_ms"] > 0
+
+
+def test_summary_and_plot_come_from_the_raw_lists(
+    overhead_runs: list[dict], tmp_path: Path
+) -> None:
+    sync = ExampleRun(
+        "LangChain agent", "sync", transform_ttft_s=[4.0, 6.0, 5.0], normal_ttft_s=[1.0, 1.2]
+    )
+    look = ExampleRun(
+        "LangChain agent", "lookahead", transform_ttft_s=[1.0, 2.0], normal_ttft_s=[1.1]
+    )
+    document = {
+        "overhead_target_ms": 1.0,
+        "overhead_runs": overhead_runs,
+        "ttft_runs": [{**asdict(run), "framework_key": "langchain"} for run in (sync, look)],
+    }
+    result = summary(document)
+    row = result["ttft"]["langchain"]
+    expected = 1 - percentile(look.transform_ttft_s, 50) / percentile(sync.transform_ttft_s, 50)
+    assert row["reduction"] == pytest.approx(expected)
+    assert row["sync_transform_turns"] == len(sync.transform_ttft_s)
+    for run in overhead_runs:
+        assert result["overhead"][run["framework"]]["p50_ms"] == percentile(run["hook_ms"], 50)
+    png = plot(document, tmp_path / "adapters.png")
+    assert png.stat().st_size > 0 and png.read_bytes()[:4] == b"\x89PNG"
