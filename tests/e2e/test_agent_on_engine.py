@@ -106,18 +106,22 @@ def test_lookahead_commits_a_prefilled_context(
         and body["program_id"] == f"e2e-{strategy}-lookahead"
         for body in warmups
     )
+    main_program = f"e2e-{strategy}-lookahead"
     chats = proxy.bodies("/chat/completions")
     foreground = [body for body in chats if not body.get("is_lookahead")]
-    assert foreground and all(
-        body["priority_class"] == "lc" and body["program_id"] == f"e2e-{strategy}-lookahead"
-        for body in foreground
-    )
-    headers = [
+    assert foreground and all(body["priority_class"] == "lc" for body in foreground)
+    programs = {body["program_id"] for body in foreground}
+    headers = {
         r.headers.get("x-program-id")
         for r in proxy.requests
         if r.path.endswith("/chat/completions")
-    ]
-    assert set(headers) == {f"e2e-{strategy}-lookahead"}
+    }
+    assert main_program in programs and headers == programs
+    # Isolate's sub-agents are programs of their own, named under the parent; nothing else.
+    expected_children = strategy == "isolate"
+    children = programs - {main_program}
+    assert all(child.startswith(f"{main_program}/sub") for child in children)
+    assert bool(children) == expected_children, programs
     if strategy == "summarize":
         summaries = [body for body in chats if body.get("is_lookahead")]
         assert summaries and all(
