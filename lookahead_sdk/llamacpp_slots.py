@@ -4,7 +4,8 @@ llama-server sends a request to the idle slot whose cached prompt shares the lar
 fraction with it. A warm-up of a transformed prefix shares little with the live context, so it can
 land in the program's own slot and evict the context the next turn needs. With `wire="llamacpp"`
 the tagging transport pins requests (`id_slot`): the program's foreground requests to its
-`current` slot, its lookahead work (warm-ups, background summaries) to its `branch` slot; a
+`current` slot, its lookahead warm-ups to its `branch` slot (background summaries, whose prompt
+is the live context plus an instruction, to `current`, where that context is cached); a
 committed lookahead swaps the two, since the warmed branch now holds the live context. Programs
 beyond the slot pairs the server has, and sub-agent programs, are left to the server's choice.
 """
@@ -63,7 +64,7 @@ class SlotPairs:
             pair = self._pairs.get((origin, tags.program_id))
         if pair is None:
             return None
-        return pair.branch if tags.is_lookahead else pair.current
+        return pair.branch if tags.is_lookahead and not tags.extends_live_context else pair.current
 
     def swap(self, origin: str, program_id: str) -> None:
         with self._lock:

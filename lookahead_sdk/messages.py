@@ -134,3 +134,17 @@ def atomic_groups(messages: Sequence[Message], start: int = 0) -> list[tuple[int
         groups.append((index, end))
         index = end
     return groups
+
+
+def answered_prefix_end(messages: Sequence[Message], start: int = 0) -> int:
+    """Length of the longest prefix with no tool call still waiting for its result."""
+    end = len(messages)
+    for begin, group_end in reversed(atomic_groups(messages, start)):
+        message = messages[begin]
+        answered = {m.get("tool_call_id") for m in messages[begin + 1 : group_end]}
+        if message.get("role") == "assistant" and any(
+            call["id"] not in answered for call in message.get("tool_calls") or ()
+        ):
+            end = begin
+        break
+    return end

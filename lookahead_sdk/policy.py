@@ -6,11 +6,12 @@ import contextvars
 import functools
 import inspect
 from abc import ABC, abstractmethod
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, ClassVar, Literal, Protocol, TypeVar, runtime_checkable
 
 from lookahead_sdk.messages import Message
+from lookahead_sdk.tags import current_tags, use_tags
 from lookahead_sdk.tokens import TokenCounter, count_message
 
 if TYPE_CHECKING:
@@ -86,9 +87,6 @@ class TransformContext:
     # For a lookahead: tokens expected to arrive between its snapshot and the commit. A transform
     # that keeps "the most recent N tokens" keeps N minus this, so result + suffix stays ~N.
     expected_growth_tokens: int = 0
-    # For a lookahead on an engine with a warmer: prefills a request's prefix in best-effort
-    # chunks before an LLM call, so the call itself only computes its new tail.
-    prefill: Callable[[Sequence[Message]], Awaitable[int]] | None = None
     usage: TransformUsage = field(default_factory=TransformUsage)
 
     def count(self, message: Message) -> int:
@@ -105,11 +103,13 @@ class TransformContext:
                 "this policy calls an LLM but the runtime has no `llm`; pass "
                 "LookaheadRuntime(..., llm=OpenAICompletionClient(client, model))"
             )
-        if self.is_lookahead and self.prefill is not None and len(messages) > 1:
-            self.usage.prompt_tokens += await self.prefill(messages[:-1])
-        completion = await self.llm.complete(
-            messages, max_tokens=max_tokens, temperature=temperature
-        )
+        tags = current_tags()
+        # A lookahead's LLM request starts with the live context (e.g. a summary request):
+        # placed where that context is cached, it computes only its new tail.
+        with use_tags(tags.extending_live_context() if self.is_lookahead and tags else tags):
+            completion = await self.llm.complete(
+                messages, max_tokens=max_tokens, temperature=temperature
+            )
         self.usage.llm_calls += 1
         self.usage.prompt_tokens += completion.prompt_tokens
         self.usage.cached_tokens += completion.cached_tokens

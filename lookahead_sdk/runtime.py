@@ -348,6 +348,10 @@ class LookaheadRuntime:
             return
         self._pending_boundary = False
         main, lookahead = self.main, self.lookahead
+        if self.policy.commit_mode == "replace" and self.policy.should_commit(main, lookahead):
+            # The next model call commits: background work started now would only make it wait
+            # for what it does itself (prefill the newest suffix, or transform synchronously).
+            return
         if self.policy.should_lookahead(main, lookahead):
             self._start_lookahead(main.snapshot())
         elif lookahead.status is LookaheadStatus.READY and self._suffix_to_warm():
@@ -506,19 +510,7 @@ class LookaheadRuntime:
             llm=self.llm,
             offload_store=self.offload_store,
             partial_output=partial_output,
-            prefill=self._prefill_for_llm_call if self.warmer is not None else None,
         )
-
-    async def _prefill_for_llm_call(self, messages: Sequence[Message]) -> int:
-        """Warm a transform's LLM request prefix (e.g. Summarize's history) in the warmer's
-        best-effort chunks; the plain completion client used by transforms sends no tools."""
-        assert self.warmer is not None
-        try:
-            result = await self.warmer.warm(messages, shape=replace(self.shape, tools=None))
-        except Exception as error:  # only an optimization: the LLM call prefills what is missing
-            log.warning("prefill before a transform's LLM call failed: %r", error)
-            return 0
-        return result.prefilled_tokens
 
     # -- persistence -------------------------------------------------------------------------
     def save_state(self) -> dict[str, Any]:

@@ -42,6 +42,10 @@ class RequestTags:
     commit_deadline_ms: int | None = None
     slo_ttft_ms: int | None = None
     slo_tbt_ms: int | None = None
+    # A lookahead request whose prompt is the program's live context plus a tail (a summary
+    # request): engines with explicit KV placement (llama.cpp slots) serve it where that
+    # context is cached instead of re-prefilling it elsewhere. Not sent on the wire.
+    extends_live_context: bool = False
 
     def __post_init__(self) -> None:
         if not isinstance(self.program_id, str) or not self.program_id:
@@ -72,13 +76,18 @@ class RequestTags:
             commit_deadline_ms=commit_deadline_ms,
         )
 
+    def extending_live_context(self) -> RequestTags:
+        return replace(self, extends_live_context=True)
+
     def promoted(self) -> RequestTags:
         """A lookahead about to be committed: still grouped, now latency-critical."""
         return replace(self, priority_class="lc")
 
     def to_body(self) -> dict[str, Any]:
         """Top-level JSON fields (the lookahead artifact's wire format); None fields omitted."""
-        return {key: value for key, value in asdict(self).items() if value is not None}
+        fields = asdict(self)
+        del fields["extends_live_context"]
+        return {key: value for key, value in fields.items() if value is not None}
 
     def to_sglang(self) -> dict[str, Any]:
         """SGLang drops unknown chat fields; `priority` and `custom_params` reach the scheduler."""

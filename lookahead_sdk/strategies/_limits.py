@@ -13,8 +13,8 @@ IDLE_STATES = (LookaheadStatus.IDLE, LookaheadStatus.FAILED, LookaheadStatus.STA
 
 
 class LimitTriggered(ContextPolicy):
-    """Commit at `hard_limit`; start the lookahead at `lookahead_at`, or, when that is None,
-    `lead_turns` turns ahead of the hard limit at the history's measured growth per turn."""
+    """Commit at `hard_limit`; start the lookahead at `lookahead_at` or `lead_turns` turns ahead
+    of the hard limit at the history's measured growth per turn, whichever comes first."""
 
     hard_limit: Budget
     lookahead_at: Budget | None
@@ -65,18 +65,20 @@ class LimitTriggered(ContextPolicy):
         return self.hard_tokens_for(main.window_tokens)
 
     def soft_tokens(self, main: MainState) -> int:
+        """Where the lookahead starts: `lookahead_at`, or earlier when the history's measured
+        growth per turn would leave fewer than `lead_turns` turns between it and the commit
+        (a trigger the next turn already crosses gives the background work no time)."""
         hard = self.hard_tokens(main)
-        if self.lookahead_at is not None:
-            soft = resolve_budget(self.lookahead_at, main.window_tokens, "lookahead_at")
-            if soft >= hard:
-                raise ValueError(
-                    f"lookahead_at resolves to {soft} tokens, not below hard_limit's {hard}"
-                )
-            return soft
         growth = main.tokens_per_turn
-        if growth is None:
-            return int(hard * SOFT_LIMIT / HARD_LIMIT)
-        return max(0, hard - int(self.lead_turns * growth))
+        predicted = None if growth is None else max(0, hard - int(self.lead_turns * growth))
+        if self.lookahead_at is None:
+            return int(hard * SOFT_LIMIT / HARD_LIMIT) if predicted is None else predicted
+        soft = resolve_budget(self.lookahead_at, main.window_tokens, "lookahead_at")
+        if soft >= hard:
+            raise ValueError(
+                f"lookahead_at resolves to {soft} tokens, not below hard_limit's {hard}"
+            )
+        return soft if predicted is None else min(soft, predicted)
 
     def should_lookahead(self, main: MainState, lookahead: LookaheadState) -> bool:
         return lookahead.status in IDLE_STATES and main.tokens >= self.soft_tokens(main)

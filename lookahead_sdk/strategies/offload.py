@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from lookahead_sdk.messages import Message, with_content
 from lookahead_sdk.offload_store import OffloadStore
 from lookahead_sdk.policy import Budget, TransformContext, TransformResult, check_budget
+from lookahead_sdk.state import LookaheadState, LookaheadStatus, MainState
 from lookahead_sdk.strategies._limits import HARD_LIMIT, LimitTriggered
 from lookahead_sdk.tools import Tool
 
@@ -26,7 +27,8 @@ def placeholder(key: str, tokens: int, text: str) -> str:
 
 @dataclass
 class Offload(LimitTriggered):
-    """Tool outputs of at least `threshold` tokens, except the newest, move to `store`.
+    """Tool outputs of at least `threshold` tokens, except the newest, move to `store`. In the
+    background the newest goes too (a newer one arrives before the commit), redone per output.
 
     Defaults are the paper's (1024-token outputs, 15K commit) scaled from a 32K window.
     """
@@ -54,9 +56,13 @@ class Offload(LimitTriggered):
                 "Offload needs a store: Offload(store=OffloadStore(path)) or LookaheadRuntime(offload_store=...)"
             )
         threshold = ctx.budget(self.threshold, "threshold")
-        newest_tool = max(
-            (i for i, m in enumerate(messages) if m.get("role") == "tool"), default=-1
-        )
+        # A lookahead is committed at a later boundary, by which a newer output has arrived: its
+        # newest output will not be the newest then, so it is offloaded too.
+        newest_tool = -1
+        if not ctx.is_lookahead:
+            newest_tool = max(
+                (i for i, m in enumerate(messages) if m.get("role") == "tool"), default=-1
+            )
         result: list[Message] = []
         offloaded: list[str] = []
         for index, message in enumerate(messages):
@@ -73,6 +79,18 @@ class Offload(LimitTriggered):
                 message = with_content(message, placeholder(ref.key, tokens, content))
             result.append(message)
         return TransformResult(result, {"offloaded": offloaded})
+
+    def should_lookahead(self, main: MainState, lookahead: LookaheadState) -> bool:
+        if super().should_lookahead(main, lookahead):
+            return True
+        # Offloading costs file writes only: a ready result is redone at each boundary that
+        # brings a new tool output, so at the commit only the newest output is left in full,
+        # as the synchronous transform leaves it, and the warmed prefix is that whole context.
+        return (
+            lookahead.status is LookaheadStatus.READY
+            and main.tokens >= self.soft_tokens(main)
+            and any(m.get("role") == "tool" for m in main.messages[lookahead.last_segment_end :])
+        )
 
 
 def read_offloaded_tool(store: OffloadStore, *, max_chars: int = 4000) -> Tool:

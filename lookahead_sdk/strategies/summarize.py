@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from lookahead_sdk.messages import Message, leading_system_count
+from lookahead_sdk.messages import Message, answered_prefix_end, leading_system_count
 from lookahead_sdk.policy import (
     Budget,
     TransformContext,
@@ -28,8 +28,9 @@ class Summarize(LimitTriggered):
     [system, summary, recent suffix within `recent_budget`]. Paper defaults: 11K / 15K / 4K of a
     32K window, 128-token summary at temperature 0.
 
-    The summary request is the history itself followed by the instruction, so the server reuses
-    the cached prefix instead of prefilling the history again.
+    The summary request is the live context itself followed by the instruction, so the server
+    reuses the cached prefix instead of prefilling the history again (and, on llama.cpp, runs
+    where that context is cached, see `llamacpp_slots`).
     """
 
     lookahead_at: Budget | None = SOFT_LIMIT
@@ -66,7 +67,11 @@ class Summarize(LimitTriggered):
         history = list(messages[head:recent_start])
         if not history:
             return TransformResult(list(messages), {"summarized_messages": 0})
-        request = [*messages[:recent_start], {"role": "user", "content": self.instruction}]
+        # The request is the whole live context (recent turns included) plus the instruction:
+        # it extends what the server has cached for the agent's next turn, so only the
+        # instruction is prefilled and that cache stays intact for the agent.
+        request_end = max(recent_start, answered_prefix_end(messages, head))
+        request = [*messages[:request_end], {"role": "user", "content": self.instruction}]
         summary = await ctx.complete(request, max_tokens=self.summary_tokens, temperature=0.0)
         summary_message: Message = {"role": "user", "content": SUMMARY_PREFIX + summary.strip()}
         return TransformResult(

@@ -85,6 +85,9 @@ def test_slot_pairs_pin_foreground_and_lookahead_and_swap_on_commit() -> None:
     live, branch = RequestTags("a"), RequestTags("a").lookahead("g")
     current = pairs.slot_for("http://e", live)
     assert pairs.slot_for("http://e", branch) != current
+    # A lookahead request extending the live context (a summary) runs where it is cached.
+    assert pairs.slot_for("http://e", branch.extending_live_context()) == current
+    assert "extends_live_context" not in branch.extending_live_context().to_body()
     pairs.swap("http://e", "a")
     assert pairs.slot_for("http://e", branch) == current
     assert pairs.slot_for("http://e", RequestTags("a/sub1")) is None  # sub-agents: server's choice

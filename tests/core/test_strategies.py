@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from lookahead_sdk import CommitKind, Completion, LookaheadRuntime, OffloadStore, TransformContext
 from lookahead_sdk.messages import Message
@@ -152,8 +153,13 @@ def test_summarize_commits_system_summary_and_recent(history: list[Message]) -> 
     assert result[0] == history[0]
     assert result[1]["content"].startswith(SUMMARY_PREFIX)
     assert recent == history[len(history) - len(recent) :]
-    # The summary request is the history prefix itself, so the server's prefix cache applies.
-    assert request[:-1] == history[: len(history) - len(recent)]
+    # The summary request is the live context itself (up to its last unanswered tool call),
+    # so it extends what the server has cached for the agent's next turn.
+    from lookahead_sdk.messages import answered_prefix_end
+
+    assert request[:-1] == history[: answered_prefix_end(history)]
+    assert len(request) - 1 >= len(history) - len(recent)
+    assert request[-1] == {"role": "user", "content": policy.instruction}
 
 
 def test_summarize_on_the_runtime_goes_best_effort_then_commits(approx_counter) -> None:
@@ -290,3 +296,34 @@ def test_isolate_sync_mode_builds_the_same_context(approx_counter) -> None:
         {"role": "system", "content": "You review code."},
         {"role": "user", "content": "check x"},
     ]
+
+
+@PROPERTY
+@given(history=agent_history(), cut=st.integers(min_value=0, max_value=200))
+def test_answered_prefix_end_stops_before_a_pending_tool_call(
+    history: list[Message], cut: int
+) -> None:
+    from lookahead_sdk.messages import answered_prefix_end
+
+    truncated = history[: min(cut, len(history))]
+    end = answered_prefix_end(truncated)
+    assert_tool_pairs_intact(truncated[:end])
+    # Longest such prefix: the dropped tail is one assistant turn still waiting for tool results.
+    if end < len(truncated):
+        assert truncated[end]["role"] == "assistant" and truncated[end].get("tool_calls")
+        assert all(m["role"] == "tool" for m in truncated[end + 1 :])
+
+
+@pytest.mark.parametrize("growth", [50, 400, 1500])
+def test_soft_trigger_fires_lead_turns_ahead_when_lookahead_at_is_too_late(growth: int) -> None:
+    from lookahead_sdk import MainState
+
+    main = MainState(
+        [{"role": "system", "content": "s"}], window_tokens=8192, token_counter=COUNTER
+    )
+    main.tokens_per_turn = float(growth)
+    policy = KeepRecent(lookahead_at=2816, hard_limit=3840, lead_turns=2.0)
+    # The configured trigger, or lead_turns x growth ahead of the commit, whichever is earlier.
+    assert policy.soft_tokens(main) == min(2816, 3840 - 2 * growth)
+    main.tokens_per_turn = None
+    assert policy.soft_tokens(main) == 2816
