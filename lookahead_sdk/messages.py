@@ -74,14 +74,6 @@ def chain_digest(previous: bytes, message_digest_: bytes) -> bytes:
     return hashlib.blake2b(previous + message_digest_, digest_size=16).digest()
 
 
-def messages_digest(messages: Sequence[Message]) -> bytes:
-    """Signature of a whole message list (the prefix signature of its full length)."""
-    digest = b"\x00" * 16
-    for message in messages:
-        digest = chain_digest(digest, message_digest(message))
-    return digest
-
-
 def content_text(message: Message) -> str:
     """All text a message contributes to the prompt: content parts plus tool-call names/arguments."""
     content = message.get("content")

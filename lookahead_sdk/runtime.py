@@ -29,7 +29,7 @@ from dataclasses import asdict, dataclass, replace
 from enum import StrEnum
 from typing import Any, Literal
 
-from lookahead_sdk.messages import Message, messages_digest
+from lookahead_sdk.messages import Message
 from lookahead_sdk.offload_store import OffloadStore
 from lookahead_sdk.policy import (
     CompletionClient,
@@ -134,7 +134,7 @@ class LookaheadRuntime:
         warm_suffix: bool = True,
         transform_timeout_s: float | None = 300.0,
         commit_wait_timeout_s: float | None = 300.0,
-        warmup_wait_timeout_s: float | None = 60.0,
+        warmup_wait_timeout_s: float | None = 0.0,
     ) -> None:
         if (
             isinstance(window_tokens, bool)
@@ -154,11 +154,14 @@ class LookaheadRuntime:
         timeouts = {
             "transform_timeout_s": transform_timeout_s,
             "commit_wait_timeout_s": commit_wait_timeout_s,
-            "warmup_wait_timeout_s": warmup_wait_timeout_s,
         }
         for name, value in timeouts.items():
             if value is not None and value <= 0:
                 raise ValueError(f"{name} must be positive seconds or None, got {value}")
+        if warmup_wait_timeout_s is not None and warmup_wait_timeout_s < 0:
+            raise ValueError(
+                f"warmup_wait_timeout_s must be >= 0 seconds or None, got {warmup_wait_timeout_s}"
+            )
         resolved.validate(window_tokens)
         self.policy = resolved
         self.mode: RuntimeMode = mode
@@ -248,15 +251,9 @@ class LookaheadRuntime:
                 "committed", self.tags.program_id, replaced=self.policy.commit_mode == "replace"
             )
             if self.policy.commit_mode == "replace" and self._still_over_limit(messages):
-                # The suffix that arrived since the snapshot kept the context over the limit:
-                # transform once more, reusing the transform the last warm-up already ran on
-                # exactly these messages (transforms are functions of their input).
+                # The suffix that arrived since the snapshot kept the context over the limit.
                 self.stats.overflow_transforms += 1
-                prepared = lookahead.overflow
-                if prepared is not None and prepared[0] == messages_digest(messages):
-                    messages, elapsed = list(prepared[1]), 0.0
-                else:
-                    messages, elapsed = await self._transform_now(messages)
+                messages, elapsed = await self._transform_now(messages)
                 outcome = replace(
                     outcome, messages=messages, reason="overflow", transform_s=elapsed
                 )
@@ -305,8 +302,10 @@ class LookaheadRuntime:
         return outcome
 
     async def _settle_running_job(self) -> float:
-        """At commit time: wait for a running lookahead (promoted) or abandon it; wait a bounded
-        time for an in-flight warm-up, whose finished part the commit request would redo."""
+        """At commit time: wait for a running lookahead (promoted) or abandon it. An in-flight
+        warm-up of a ready result is cancelled after `warmup_wait_timeout_s` (default at once):
+        the commit request prefills what is left in one go, where a chunked warm-up competing
+        with other programs could take much longer; what it already prefilled stays cached."""
         job, lookahead = self._job, self.lookahead
         if job is None or job.done():
             return 0.0
@@ -399,7 +398,8 @@ class LookaheadRuntime:
             lookahead.strategy_data = result.data
             lookahead.status = LookaheadStatus.READY
             lookahead.timings.transform_done_at = time.monotonic()
-            await self._warm(group_id)
+            if not lookahead.promoted:  # promoted: the commit is waiting and prefills it itself
+                await self._warm(group_id)
 
     async def _warm(self, group_id: str) -> None:
         """Prefill the context the commit would send now: result + suffix that arrived since."""
@@ -413,20 +413,8 @@ class LookaheadRuntime:
         )
         open_last = self.policy.commit_mode == "spawn" and lookahead.covered_partial is not None
         tags = self.tags.lookahead(group_id, commit_deadline_ms=self._commit_deadline_ms())
-        if lookahead.promoted:
-            tags = tags.promoted()
         with use_tags(tags):
             try:
-                if self.policy.commit_mode == "replace" and self._still_over_limit(messages):
-                    # A commit now would transform again (overflow): prepare and warm that.
-                    ctx = self._transform_context(is_lookahead=True, partial_output=None)
-                    digest = messages_digest(messages)
-                    messages = (await self.policy.transform(messages, ctx)).messages
-                    self._account(
-                        group_id, ctx.usage.uncached_prompt_tokens, ctx.usage.completion_tokens
-                    )
-                    if lookahead.group_id == group_id:
-                        lookahead.overflow = (digest, tuple(messages))
                 outcome = await self.warmer.warm(messages, shape=self.shape, open_last=open_last)
             except asyncio.CancelledError:
                 raise

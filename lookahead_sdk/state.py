@@ -219,8 +219,6 @@ class LookaheadState:
     error: BaseException | None = None
     # How far the pre-materialized (warmed) sequence reaches into MainState: result + main[end:warmed_end].
     warmed_end: int | None = None
-    # (digest of result + suffix, its transform) when that assembly was itself over the limit.
-    overflow: tuple[bytes, tuple[Message, ...]] | None = None
     promoted: bool = False
 
     def start(self, snapshot: Snapshot, group_id: str) -> None:
@@ -235,7 +233,6 @@ class LookaheadState:
         self.timings = LookaheadTimings(started_at=time.monotonic())
         self.error = None
         self.warmed_end = None
-        self.overflow = None
         self.promoted = False
 
     def covers(self, main: MainState) -> bool:
@@ -247,6 +244,5 @@ class LookaheadState:
         self.messages = None
         self.error = None
         self.warmed_end = None
-        self.overflow = None
         self.promoted = False
         self.strategy_data = {}

@@ -12,6 +12,7 @@ from typing import Literal
 from lookahead_sdk.agent.llm import ChatClient
 from lookahead_sdk.agent.loop import AgentRun, ReferenceAgent, TurnRecord
 from lookahead_sdk.agent.workload import (
+    DEFAULT_TOOL_OUTPUT_TOKENS,
     MAIN_SYSTEM_PROMPT,
     CodeAnalysisWorkload,
     Delegation,
@@ -110,6 +111,7 @@ async def run_agents(
     on_turn: Callable[[TurnRecord], None] | None = None,
     slack_admission: bool | None = None,
     tool_latency_s: float = 0.0,
+    tool_output_tokens: tuple[int, int] = DEFAULT_TOOL_OUTPUT_TOKENS,
 ) -> RunResult:
     """`agents` concurrent agents (seeds seed..seed+agents-1), each its own program."""
     if agents < 1:
@@ -141,7 +143,11 @@ async def run_agents(
 
         async def one_agent(index: int) -> AgentRun:
             workload = CodeAnalysisWorkload(
-                seed=seed + index, steps=steps, token_counter=counter, tool_latency_s=tool_latency_s
+                seed=seed + index,
+                steps=steps,
+                token_counter=counter,
+                tool_latency_s=tool_latency_s,
+                tokens_per_output=tool_output_tokens,
             )
             plan = workload.delegation_plan() if strategy == "isolate" else workload.read_plan()
             policy = make_policy(

@@ -19,6 +19,9 @@ from typing import Any
 from lookahead_sdk.tokens import TokenCounter
 from lookahead_sdk.tools import Tool
 
+# Tokens each read adds to the context: the paper's code-analysis workload (600-650 per step).
+DEFAULT_TOOL_OUTPUT_TOKENS = (600, 650)
+
 # Sizeable, stable, pure-Python stdlib modules.
 CORPUS_MODULES: tuple[str, ...] = (
     "argparse.py",
@@ -148,7 +151,7 @@ class CodeAnalysisWorkload:
     seed: int
     steps: int
     token_counter: TokenCounter
-    tokens_per_output: tuple[int, int] = (600, 650)
+    tokens_per_output: tuple[int, int] = DEFAULT_TOOL_OUTPUT_TOKENS
     handover_tokens: int = 700
     tool_latency_s: float = 0.0  # mean; each call takes 0.5x-1.5x of it (seeded)
     root: Path = field(default_factory=corpus_root)

@@ -20,6 +20,7 @@ import httpx
 
 from lookahead_sdk.agent.driver import STRATEGIES, RunResult, run_agents
 from lookahead_sdk.agent.loop import TurnRecord
+from lookahead_sdk.agent.workload import DEFAULT_TOOL_OUTPUT_TOKENS
 from lookahead_sdk.bench.common import new_figure, percentile, progress, save_figure, write_json
 
 MODES = ("sync", "lookahead")
@@ -41,6 +42,8 @@ class TtftBenchConfig:
     max_tokens: int = 32
     port: int = 8089
     tool_latency_s: float = DEFAULT_TOOL_LATENCY_S
+    # Tokens each read adds (the paper's workload: 600-650, whatever the window).
+    tool_output_tokens: tuple[int, int] = DEFAULT_TOOL_OUTPUT_TOKENS
 
     def __post_init__(self) -> None:
         unknown = set(self.strategies) - set(STRATEGIES)
@@ -139,6 +142,7 @@ async def run_ttft_bench(
             "seed": config.seed,
             "max_tokens": config.max_tokens,
             "tool_latency_s": config.tool_latency_s,
+            "tool_output_tokens": list(config.tool_output_tokens),
             "machine": f"{platform.machine()}, {__import__('os').cpu_count()} CPUs",
             "strategies": {},
         }
@@ -164,6 +168,7 @@ async def run_ttft_bench(
                     max_tokens=config.max_tokens,
                     on_turn=on_turn,
                     tool_latency_s=config.tool_latency_s,
+                    tool_output_tokens=config.tool_output_tokens,
                 )
                 runs[mode] = result.to_json()
             document["strategies"][strategy] = runs
@@ -173,6 +178,20 @@ async def run_ttft_bench(
     finally:
         if engine is not None:
             engine.stop()
+
+
+def token_range(text: str) -> tuple[int, int]:
+    try:
+        low, high = (int(part) for part in text.split(","))
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"--tool-output-tokens must be LOW,HIGH integers such as 600,650, got {text!r}"
+        ) from None
+    if not 0 < low <= high:
+        raise argparse.ArgumentTypeError(
+            f"--tool-output-tokens needs 0 < LOW <= HIGH, got {low},{high}"
+        )
+    return low, high
 
 
 def p50(values: Sequence[float]) -> float:
@@ -287,7 +306,7 @@ def plot(document: dict[str, Any], path: str | Path) -> Path:
     )
     for x, row in zip(xs, rows, strict=True):
         left.annotate(
-            f"-{row['reduction']:.0%}",
+            f"{-row['reduction']:+.0%}",
             (x, max(row["sync_transform_p50_s"], row["lookahead_transform_p50_s"])),
             ha="center",
             va="bottom",
@@ -341,6 +360,7 @@ def main(args: argparse.Namespace) -> int:
         max_tokens=args.max_tokens,
         port=args.port,
         tool_latency_s=args.tool_latency,
+        tool_output_tokens=args.tool_output_tokens,
     )
     document = asyncio.run(run_with_progress(config))
     write_json(args.json, document)
@@ -378,6 +398,14 @@ def register(bench_subparsers: argparse._SubParsersAction) -> None:
         type=float,
         default=DEFAULT_TOOL_LATENCY_S,
         help="mean seconds a tool call takes (0.5x-1.5x per call)",
+    )
+    parser.add_argument(
+        "--tool-output-tokens",
+        type=token_range,
+        default=DEFAULT_TOOL_OUTPUT_TOKENS,
+        metavar="LOW,HIGH",
+        help="tokens each tool output adds (default 600,650 as in the paper's workload; "
+        "150,162 is that growth scaled from a 32K to an 8K window)",
     )
     parser.add_argument("--json", required=True)
     parser.add_argument("--plot")
