@@ -24,7 +24,9 @@ def recent_groups_start(
     max_turns: int | None = None,
 ) -> int:
     """Index where the kept recent suffix begins: whole tool-call groups, newest first, while they
-    fit `budget_tokens` (and `max_turns` assistant turns). The newest group is always kept."""
+    fit `budget_tokens` (and `max_turns` assistant turns). The newest group is always kept, except
+    by a lookahead expecting growth: newer groups arrive before its commit and take its place."""
+    keep_newest = not (ctx.is_lookahead and ctx.expected_growth_tokens > 0)
     groups = atomic_groups(messages, head)
     start = len(messages)
     used = turns = 0
@@ -33,7 +35,7 @@ def recent_groups_start(
         group_turns = sum(messages[i].get("role") == "assistant" for i in range(begin, end))
         over_tokens = used + tokens > budget_tokens
         over_turns = max_turns is not None and turns + group_turns > max_turns
-        if start < len(messages) and (over_tokens or over_turns):
+        if (start < len(messages) or not keep_newest) and (over_tokens or over_turns):
             break
         start, used, turns = begin, used + tokens, turns + group_turns
     return start

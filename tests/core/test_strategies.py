@@ -327,3 +327,21 @@ def test_soft_trigger_fires_lead_turns_ahead_when_lookahead_at_is_too_late(growt
     assert policy.soft_tokens(main) == min(2816, 3840 - 2 * growth)
     main.tokens_per_turn = None
     assert policy.soft_tokens(main) == 2816
+
+
+@PROPERTY
+@given(history=agent_history())
+def test_a_lookahead_expecting_growth_leaves_the_newest_group_to_the_suffix(
+    history: list[Message],
+) -> None:
+    policy = KeepRecent(budget=300)
+    sync = asyncio.run(policy.transform(history, context())).messages
+    ctx = TransformContext(
+        token_counter=COUNTER, window_tokens=8192, is_lookahead=True, expected_growth_tokens=300
+    )
+    ahead = asyncio.run(policy.transform(history, ctx)).messages
+    assert_tool_pairs_intact(ahead)
+    # Nothing of the recent window is left once the expected growth fills the budget; the
+    # synchronous transform always keeps the newest group.
+    assert ahead == history[:2]
+    assert len(sync) > 2 or len(history) <= 2
