@@ -57,8 +57,19 @@ class RuntimeSettings:
             )
         return cls(resolved, **fields)
 
-    def with_policy(self, policy: ContextPolicy) -> RuntimeSettings:
-        return replace(self, policy=policy)
+    def adapter_kwargs(self, *, keep_shape: bool = True) -> dict[str, Any]:
+        """The adapter constructor's keywords that rebuild these settings (for a policy swap);
+        `keep_shape=False` where the adapter derives the shape from the framework's model."""
+        return {
+            "mode": self.mode,
+            "window_tokens": self.window_tokens,
+            "token_counter": self.token_counter,
+            "summarizer": self.llm,
+            "warmer": self.warmer,
+            "shape": self.shape if keep_shape else None,
+            "offload_store": self.offload_store,
+            "tags": self.tags,
+        }
 
     def program_tags(self, label: str | None = None) -> RequestTags:
         """The tags of one program: the given or current ones (suffixed with `label` when one

@@ -173,20 +173,12 @@ class LookaheadChatCompletionContext(ChatCompletionContext):
             raise RuntimeError(
                 "swap the policy before the agent runs: this context already holds a history"
             )
-        s = self.settings
         return LookaheadChatCompletionContext(
             policy,
             system_message=self.system_message,
             model=self.model,
             model_family=self.model_family,
-            mode=s.mode,
-            window_tokens=s.window_tokens,
-            token_counter=s.token_counter,
-            summarizer=s.llm,
-            warmer=s.warmer,
-            shape=s.shape if self._explicit_shape else None,
-            offload_store=s.offload_store,
-            tags=s.tags,
+            **self.settings.adapter_kwargs(keep_shape=self._explicit_shape),
             initial_messages=list(self._messages),
         )
 

@@ -207,18 +207,8 @@ class LookaheadMiddleware(AgentMiddleware):
             raise RuntimeError(
                 "swap the policy before the agent runs: this middleware already serves a thread"
             )
-        s = self.settings
         return LookaheadMiddleware(
-            policy,
-            mode=s.mode,
-            window_tokens=s.window_tokens,
-            token_counter=s.token_counter,
-            summarizer=s.llm,
-            warmer=s.warmer,
-            shape=s.shape,
-            offload_store=s.offload_store,
-            tags=s.tags,
-            merge_extra_body=self.merge_extra_body,
+            policy, **self.settings.adapter_kwargs(), merge_extra_body=self.merge_extra_body
         )
 
     def runtime_for(self, thread_id: str = DEFAULT_THREAD) -> MirroredRuntime[BaseMessage]:

@@ -147,18 +147,8 @@ class LookaheadLLM(FunctionCallingLLM):
             raise RuntimeError(
                 "swap the policy before the agent runs: this LLM already holds a history"
             )
-        s = self._settings
         return LookaheadLLM(
-            self.llm,
-            policy,
-            mode=s.mode,
-            window_tokens=s.window_tokens,
-            token_counter=s.token_counter,
-            summarizer=s.llm,
-            warmer=s.warmer,
-            shape=s.shape if self._explicit_shape else None,
-            offload_store=s.offload_store,
-            tags=s.tags,
+            self.llm, policy, **self._settings.adapter_kwargs(keep_shape=self._explicit_shape)
         )
 
     # -- what the adapter exposes --------------------------------------------------------------
