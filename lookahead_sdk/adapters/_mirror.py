@@ -16,6 +16,7 @@ running lookahead then goes stale by the runtime's own signature check: safe, ne
 
 from __future__ import annotations
 
+import operator
 from collections.abc import Callable, Hashable, Sequence
 from dataclasses import dataclass
 from typing import Generic, TypeVar
@@ -23,6 +24,7 @@ from typing import Generic, TypeVar
 from lookahead_sdk.messages import Message, message_digest
 
 M = TypeVar("M")
+_item = operator.attrgetter("item")
 
 
 @dataclass
@@ -69,9 +71,13 @@ class HistoryMirror(Generic[M]):
         return message_digest(self.to_openai(item)) == entry.digest
 
     def _extends(self, entries: Sequence[Entry[M]], items: Sequence[M]) -> bool:
-        return len(items) >= len(entries) and all(
-            self._matches(e, i) for e, i in zip(entries, items, strict=False)
-        )
+        if len(items) < len(entries):
+            return False
+        # Frameworks usually hand back the very objects they were given: an identity check at C
+        # speed keeps a hook O(new messages) in practice, even over a long history.
+        if not any(map(operator.is_not, map(_item, entries), items)):
+            return True
+        return all(self._matches(e, i) for e, i in zip(entries, items, strict=False))
 
     def plan(self, items: Sequence[M]) -> SyncPlan:
         """Update both views for the framework's current `items`; what the runtime must do."""
@@ -114,24 +120,42 @@ class HistoryMirror(Generic[M]):
         self.main = entries
         return [e.item for e in entries]
 
-    def unmatched(self, items: Sequence[M], start: int) -> list[M]:
-        """The `items` not already mirrored as `seen[start:]`, matched in order (e.g. a run's
-        scratchpad that the agent stores once the run ends, plus its final answer)."""
+    def stored(self, items: Sequence[M], start: int) -> tuple[list[M], list[Entry[M]]]:
+        """What storing `items` after `seen[:start]` means (e.g. a run's scratchpad that the agent
+        stores once the run ends, plus its final answer): the items not already mirrored as
+        `seen[start:]` (matched in order), and the mirrored entries that no stored item covers
+        (e.g. ReAct's formatted reasoning steps, stored as one joined message instead)."""
         candidates = self.seen[start:]
-        position, new = 0, []
+        covered: list[Entry[M]] = []
+        new: list[M] = []
+        position = 0
         for item in items:
-            if position < len(candidates) and self._matches(candidates[position], item):
-                position += 1
-            else:
+            match = next(
+                (
+                    index
+                    for index in range(position, len(candidates))
+                    if self._matches(candidates[index], item)
+                ),
+                None,
+            )
+            if match is None:
                 new.append(item)
-        return new
+            else:
+                covered.append(candidates[match])
+                position = match + 1
+        uncovered = [entry for entry in candidates if all(entry is not c for c in covered)]
+        return new, uncovered
+
+    def drop(self, entries: Sequence[Entry[M]]) -> list[Message]:
+        """Forget `entries` in both views (wherever a commit kept them); returns `main`'s messages."""
+        self.seen = [e for e in self.seen if all(e is not d for d in entries)]
+        self.main = [e for e in self.main if all(e is not d for d in entries)]
+        return [e.message for e in self.main]
 
     @property
     def diverged(self) -> bool:
         """The runtime's history is not the framework's list (a commit rewrote it)."""
-        return len(self.seen) != len(self.main) or any(
-            s is not m for s, m in zip(self.seen, self.main, strict=True)
-        )
+        return len(self.seen) != len(self.main) or any(map(operator.is_not, self.seen, self.main))
 
     def main_items(self) -> list[M]:
         return [e.item for e in self.main]

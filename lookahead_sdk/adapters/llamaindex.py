@@ -21,7 +21,7 @@ Tags: merged into the request's `extra_body` for OpenAI-family LLMs (under the L
 from __future__ import annotations
 
 import time
-from collections.abc import AsyncIterator, Iterator, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -370,11 +370,11 @@ class LookaheadMemory(BaseMemory):
 
     def put_messages(self, messages: list[ChatMessage]) -> None:
         session = self._llm.session
-        self._remember(session.hosted.call(_put(session, messages, len(self._view))))
+        self._remember(session.hosted.call(_put(session, messages, list(self._view))))
 
     async def aput_messages(self, messages: list[ChatMessage]) -> None:
         session = self._llm.session
-        self._remember(await session.hosted.acall(_put(session, messages, len(self._view))))
+        self._remember(await session.hosted.acall(_put(session, messages, list(self._view))))
 
     def set(self, messages: list[ChatMessage]) -> None:
         session = self._llm.session
@@ -396,14 +396,26 @@ class LookaheadMemory(BaseMemory):
         await self.aset([])
 
 
-def _put(session: MirroredRuntime[ChatMessage], messages: Sequence[ChatMessage], view_length: int):
+def _put(
+    session: MirroredRuntime[ChatMessage],
+    messages: Sequence[ChatMessage],
+    view: Sequence[ChatMessage],
+) -> Callable[[LookaheadRuntime], Awaitable[list[ChatMessage]]]:
     """New messages go after the history. The agent's calls sent [system, *memory, *scratchpad];
-    scratchpad messages the LLM already mirrored are skipped (matched in order)."""
+    scratchpad messages the LLM already mirrored are skipped (matched in order). When the agent
+    stores its run in another form (ReActAgent: one message joining the reasoning steps it had
+    sent formatted), the formatted steps leave the history, so nothing appears twice."""
 
     async def run(runtime: LookaheadRuntime) -> list[ChatMessage]:
         mirror = session.mirror
-        scratchpad_start = len(_system_head([entry.item for entry in mirror.seen])) + view_length
-        new = mirror.unmatched(messages, scratchpad_start)
+        seen = [entry.item for entry in mirror.seen]
+        start = len(_system_head(seen)) + len(view)
+        memory_part = seen[start - len(view) : start]
+        if len(seen) < start or any(s is not v for s, v in zip(memory_part, view, strict=True)):
+            start = len(seen)  # the agent's last call was not [system, *memory, *scratchpad]
+        new, uncovered = mirror.stored(messages, start)
+        if new and uncovered:
+            runtime.main.replace(mirror.drop(uncovered))
         if new:
             runtime.append(*mirror.extend(new))
             await runtime.boundary()

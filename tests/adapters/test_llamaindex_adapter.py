@@ -167,6 +167,41 @@ def test_react_agent_context_is_managed_too() -> None:
     assert max(len(r) for r in recorder.received) < 2 + 2 * 9
 
 
+def test_react_agent_memory_holds_what_llamaindex_memory_holds() -> None:
+    """ReActAgent sends its reasoning formatted as messages, then stores it as one joined message:
+    the history carried into the next run is LlamaIndex's own, with nothing twice."""
+    from llama_index.core.memory import Memory
+
+    def two_runs(llm: Any, memory: Any) -> list[ChatMessage]:
+        agent = ReActAgent(tools=[read], llm=llm, system_prompt="analyze", streaming=False)
+
+        async def go() -> None:
+            await agent.run("first", memory=memory, max_iterations=20)
+            await agent.run("second", memory=memory, max_iterations=20)
+
+        asyncio.run(go())
+        return memory.get()
+
+    plain_recorder = Recorder(react_steps(2))
+    plain = MockFunctionCallingLLM(response_generator=plain_recorder, is_chat_model=True)
+    expected = two_runs(plain, Memory.from_defaults(token_limit=100_000))
+
+    recorder = Recorder(react_steps(2))
+    llm = wrapped(recorder, KeepRecent(budget=4000, lookahead_at=6000, hard_limit=8000))
+    try:
+        got = two_runs(llm, llm.memory())
+    finally:
+        llm.close()
+    assert [(m.role, m.content) for m in got] == [(m.role, m.content) for m in expected]
+    joined = next(m.content for m in expected if m.role.value == "assistant")
+    calls_per_run = 3  # two reasoning steps with an action, then the answer
+    second_run_start = recorder.received[calls_per_run]
+    assert sum(joined in (m.content or "") for m in second_run_start) == 1
+    assert [(m.role, m.content) for m in second_run_start] == [
+        (m.role, m.content) for m in plain_recorder.received[calls_per_run]
+    ]
+
+
 def test_agent_workflow_runs_through_the_wrapper() -> None:
     recorder = Recorder(function_calls(9))
     llm = wrapped(recorder)

@@ -119,8 +119,23 @@ def test_scratchpad_already_mirrored_is_not_added_twice() -> None:
     head, answer = [Item("system", "s"), Item("user", "q")], Item("assistant", "done")
     scratchpad = [Item("assistant", "call"), Item("tool", "out")]
     m.plan([*head, *scratchpad])
-    assert m.unmatched([*scratchpad, answer], start=len(head)) == [answer]
+    assert m.stored([*scratchpad, answer], start=len(head)) == ([answer], [])
     copies = [Item(i.role, i.text) for i in scratchpad]
-    assert m.unmatched([*copies, answer], start=len(head)) == [answer]
+    assert m.stored([*copies, answer], start=len(head)) == ([answer], [])
     repeated_question = Item("user", "q")  # equal to a message before the scratchpad: still new
-    assert m.unmatched([repeated_question], start=len(head)) == [repeated_question]
+    new, uncovered = m.stored([repeated_question], start=len(head))
+    assert new == [repeated_question] and [e.item for e in uncovered] == scratchpad
+
+
+def test_a_scratchpad_stored_in_another_form_is_dropped_wherever_it_was_kept() -> None:
+    m = mirror()
+    head = [Item("system", "s"), Item("user", "q")]
+    steps = [Item("assistant", "Thought: read"), Item("user", "Observation: out")]
+    m.plan([*head, *steps])
+    m.adopt([to_openai(head[0]), {"role": "user", "content": "summary"}, *map(to_openai, steps)])
+    joined = Item("assistant", "Thought: read\nObservation: out")
+    new, uncovered = m.stored([joined], start=len(head))
+    assert new == [joined] and [e.item for e in uncovered] == steps
+    remaining = m.drop(uncovered)
+    assert remaining == [to_openai(head[0]), {"role": "user", "content": "summary"}]
+    assert [e.item for e in m.seen] == head
