@@ -45,6 +45,12 @@ class EmbeddedMeasurementPlan:
     passes: int = 3
     seed: int = 0
 
+    def __post_init__(self) -> None:
+        if isinstance(self.passes, bool) or not isinstance(self.passes, int) or self.passes < 1:
+            raise ValueError(
+                f"EmbeddedMeasurementPlan.passes must be an int >= 1, got {self.passes!r}"
+            )
+
     @property
     def request_count(self) -> int:
         """Measured requests (for progress); slot 1's warm-ups not included."""

@@ -22,7 +22,12 @@ from rich.console import Console
 from rich.table import Table
 
 from lookahead_sdk.bench.common import new_figure, save_figure, write_json
-from lookahead_sdk.scheduling.calibrate import CalibrationReport, calibrate
+from lookahead_sdk.scheduling.calibrate import (
+    CalibrationReport,
+    CrossValidation,
+    calibrate,
+    cross_validate,
+)
 from lookahead_sdk.scheduling.latency_model import BatchShape, PrefillChunk, load_profile
 from lookahead_sdk.scheduling.measurements import (
     BatchMeasurement,
@@ -82,6 +87,12 @@ def register(bench_subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--noise", type=float, default=0.02, help="sim truth log-normal noise")
     parser.add_argument("--heldout-frac", type=float, default=0.3)
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument(
+        "--cv-folds",
+        type=int,
+        default=5,
+        help="also report k-fold cross-validation over all batches of each source (0: off)",
+    )
     embedded = parser.add_mutually_exclusive_group()
     embedded.add_argument(
         "--embedded-data",
@@ -129,8 +140,18 @@ def run(args: argparse.Namespace) -> int:
         )
         for name, data in sources.items()
     }
-    write_json(args.json, {"sources": {name: r.heldout_json() for name, r in reports.items()}})
+    document: dict[str, Any] = {"sources": {name: r.heldout_json() for name, r in reports.items()}}
+    cross: dict[str, CrossValidation] = {}
+    if args.cv_folds:
+        cross = {
+            name: cross_validate(data.batches, folds=args.cv_folds, seed=args.seed)
+            for name, data in sources.items()
+        }
+        document["cross_validation"] = {name: cv.to_json() for name, cv in cross.items()}
+    write_json(args.json, document)
     console.print(_table(reports))
+    if cross:
+        console.print(_cv_table(cross))
     if args.plot:
         _plot(args.plot, reports)
     return 0
@@ -156,6 +177,22 @@ def _table(reports: dict[str, CalibrationReport]) -> Table:
             f"{heldout['context_aware']['mean_rel_err']:.1%}",
             f"{heldout['token_only']['max_rel_err']:.1%}",
             f"{heldout['token_only']['mean_rel_err']:.1%}",
+        )
+    return table
+
+
+def _cv_table(cross: dict[str, CrossValidation]) -> Table:
+    table = Table(title="k-fold cross-validation (every batch predicted by a fit without it)")
+    for column in ("source", "folds", "n", "ctx-aware max", "ctx-aware mean", "token max"):
+        table.add_column(column, justify="right")
+    for name, cv in cross.items():
+        table.add_row(
+            name,
+            str(cv.folds),
+            str(cv.context_aware.n),
+            f"{cv.context_aware.max_rel_err:.1%}",
+            f"{cv.context_aware.mean_rel_err:.1%}",
+            f"{cv.token_only.max_rel_err:.1%}",
         )
     return table
 

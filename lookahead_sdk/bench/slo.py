@@ -178,6 +178,8 @@ def run(args: argparse.Namespace) -> int:
                 "lc_ttft_p99_ms": [p.ttft_p99_ms for p in series],
                 "tbt_p95_ms": [p.tbt_p95_ms for p in series],
                 "lookahead_on_time_frac": [p.on_time_frac for p in series],
+                "lookahead_waste_frac": [p.waste_frac for p in series],
+                "lookaheads": [p.lookaheads for p in series],
             }
             for policy, series in points.items()
         },

@@ -12,9 +12,13 @@ Three policies share one round mechanism (`AdmissionRound`):
 - `VanillaPolicy`: the class-blind baseline (what an engine does without this work): FCFS, every
   request treated like LC, chunks bounded by a token budget only.
 
-Both class-aware policies promote a lookahead whose commit deadline is near (or that is flagged
-`promoted`) to LC, and preempt BE whenever LC work is left over (an LC backlog): a paused chunked
-BE request keeps its KV and resumes in a later round.
+Both class-aware policies order BE work earliest-deadline-first, after a deadline triage
+(`deadlines.py`, Moore-Hodgson over the latency model's estimates): lookaheads that can no longer
+finish before their commit deadline (past it, or given up so that more of the others make theirs)
+only get room left over by the feasible ones, so late work never delays work that can be on time.
+They promote a lookahead whose commit deadline is near and that can still make it (or that is
+flagged `promoted`) to LC, and preempt BE whenever LC work is left over (an LC backlog): a paused
+chunked BE request keeps its KV and resumes in a later round.
 
 Round API (what an engine hook calls, e.g. around SGLang's `PrefillAdder.add_one_req`):
 
@@ -35,6 +39,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Literal, Protocol
 
+from lookahead_sdk.scheduling.deadlines import DeadlineTriage, infeasible_lookaheads
 from lookahead_sdk.scheduling.latency_model import BatchFeatures, LatencyEstimator
 from lookahead_sdk.scheduling.requests import PriorityClass, RequestDescriptor
 
@@ -72,6 +77,7 @@ class RoundPlan:
     promoted: tuple[str, ...]
     preempted: tuple[str, ...]
     lc_backlog: bool
+    infeasible: tuple[str, ...] = ()
 
     def admitted_tokens(self) -> dict[str, int]:
         return {rid: d.tokens for rid, d in self.decisions.items() if isinstance(d, Admit)}
@@ -138,6 +144,9 @@ class _Rules:
     promote_within_ms: float
     lc_ceiling_ms: float | None  # None: LC chunks bounded by tokens only
     min_lc_chunk_tokens: int = 0
+    # Deadline triage of BE lookaheads: BE gets the part of this per-iteration bound that decodes
+    # leave (None: the whole engine, e.g. a prefill instance).
+    be_share_bound_ms: float | None = None
 
 
 @dataclass(slots=True)
@@ -172,6 +181,18 @@ class AdmissionRound:
         self._promoted: list[str] = []
         self._preempted: list[str] = []
         self._prefill_admitted = False
+        self._triage = DeadlineTriage()
+        if rules.class_aware and estimator is not None:
+            # Before LC planning: a lookahead near its deadline is promoted only if it can still
+            # make it (promoting a hopeless one would only delay the ones that can).
+            self._triage = infeasible_lookaheads(
+                now_ms,
+                [d for d in waiting if d.priority_class == "be" and not d.promoted],
+                lambda d: estimator.est_features_ms(
+                    BatchFeatures().with_chunk(d.remaining_prefill_tokens, d.cached_prefix_tokens)
+                ),
+                self._be_share(estimator.est_features_ms(self._features)),
+            )
         lc_waiting = [d for d in self.ordered(waiting) if self._is_lc(d)]
         for descriptor in lc_waiting:
             tokens, reason = self._size_lc_chunk(descriptor)
@@ -208,6 +229,12 @@ class AdmissionRound:
         return tuple(self._promoted)
 
     @property
+    def infeasible(self) -> frozenset[str]:
+        """Lookaheads judged unable to finish before their commit deadline (see `deadlines.py`):
+        offered room only after every feasible best-effort request."""
+        return self._triage.infeasible
+
+    @property
     def preempted(self) -> tuple[str, ...]:
         return tuple(self._preempted)
 
@@ -215,9 +242,12 @@ class AdmissionRound:
         return "lc" if self._is_lc(descriptor) else "be"
 
     def ordered(self, candidates: Iterable[RequestDescriptor]) -> list[RequestDescriptor]:
-        """Queue order: LC first-come-first-served, then promoted lookaheads, then BE; both of
-        the latter by earliest commit deadline, then arrival (so a flood of promotions cannot
-        starve genuine LC work). Class-blind policies: everything first-come-first-served."""
+        """Queue order: LC first-come-first-served, then promoted lookaheads, then BE that can
+        still meet its commit deadline (or has none), then lookaheads judged unable to (those
+        given up by the deadline triage, then those already past their deadline); all but LC by
+        earliest commit deadline, then arrival (so a flood of promotions cannot starve genuine
+        LC work, and late work never delays work that can still be on time). Class-blind
+        policies: everything first-come-first-served."""
         indexed = list(enumerate(candidates))
         if not self._rules.class_aware:
             return [d for _, d in sorted(indexed, key=lambda item: (item[1].arrival_ms, item[0]))]
@@ -227,7 +257,7 @@ class AdmissionRound:
             if descriptor.priority_class == "lc":
                 return (0, descriptor.arrival_ms, 0.0, index)
             deadline = descriptor.commit_deadline_ms
-            rank = 1 if self._is_lc(descriptor) else 2
+            rank = 1 if self._is_lc(descriptor) else self._be_rank(descriptor)
             return (rank, math.inf if deadline is None else deadline, descriptor.arrival_ms, index)
 
         return [d for _, d in sorted(indexed, key=key)]
@@ -285,14 +315,33 @@ class AdmissionRound:
             promoted=self.promoted,
             preempted=self.preempted,
             lc_backlog=self.lc_backlog,
+            infeasible=tuple(sorted(self._triage.infeasible)),
         )
 
     # --- internals -----------------------------------------------------------------------------
 
+    def _be_rank(self, descriptor: RequestDescriptor) -> int:
+        """2: can still be on time (or has no deadline); 3: given up by the deadline triage;
+        4: past its deadline (checked directly: a request offered without being passed to
+        `begin_round` was not triaged)."""
+        deadline = descriptor.commit_deadline_ms
+        if deadline is not None and deadline < self.now_ms:
+            return 4
+        return 3 if descriptor.rid in self._triage.shed else 2
+
+    def _be_share(self, decode_only_ms: float) -> float:
+        """Fraction of engine time BE work can expect: what decodes leave of each iteration."""
+        bound = self._rules.be_share_bound_ms
+        if bound is None:
+            return 1.0
+        return max(0.0, bound - decode_only_ms) / bound
+
     def _is_lc(self, descriptor: RequestDescriptor) -> bool:
-        if not self._rules.class_aware:
+        if not self._rules.class_aware or descriptor.priority_class == "lc" or descriptor.promoted:
             return True
-        return descriptor.is_latency_critical(self.now_ms, self._rules.promote_within_ms)
+        return descriptor.rid not in self._triage.infeasible and descriptor.is_latency_critical(
+            self.now_ms, self._rules.promote_within_ms
+        )
 
     def _decide(self, descriptor: RequestDescriptor) -> Decision:
         if descriptor.remaining_prefill_tokens == 0:
@@ -434,6 +483,7 @@ class HybridPolicy(_PolicyBase):
                 promote_within_ms=self.config.promote_within_ms,
                 lc_ceiling_ms=bound,
                 min_lc_chunk_tokens=self.config.min_lc_chunk_tokens,
+                be_share_bound_ms=bound,
             ),
             be_ceiling=lambda _now, _lc, _features: (bound, None),
         )

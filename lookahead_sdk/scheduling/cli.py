@@ -62,6 +62,18 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         help="threads of the measured engine (1: robust on a shared CPU)",
     )
     parser.add_argument(
+        "--passes",
+        type=int,
+        default=3,
+        help="with --measure-embedded: passes over the plan (the fastest sample per shape is kept)",
+    )
+    parser.add_argument(
+        "--new-tokens",
+        default="16,128,512",
+        metavar="N,N,...",
+        help="with --measure-embedded: new-token counts measured at every cached-prefix level",
+    )
+    parser.add_argument(
         "--report-json", type=Path, metavar="PATH", help="also write the error report as JSON"
     )
     parser.set_defaults(func=run_calibrate)
@@ -91,14 +103,30 @@ def _measurements(args: argparse.Namespace, console: Console) -> MeasurementSet:
     if not args.measure_embedded:
         return load_measurements(args.profile_data)
     # Imported here: the scheduling package itself stays free of engine and HTTP code.
-    from lookahead_sdk.bench.embedded_batches import measure_on_embedded_engine
+    from lookahead_sdk.bench.embedded_batches import (
+        EmbeddedMeasurementPlan,
+        measure_on_embedded_engine,
+    )
 
-    measured = measure_on_embedded_engine(port=args.port, threads=args.engine_threads)
+    plan = EmbeddedMeasurementPlan(
+        new_tokens=_positive_ints("--new-tokens", args.new_tokens), passes=args.passes
+    )
+    measured = measure_on_embedded_engine(plan, port=args.port, threads=args.engine_threads)
     console.print(f"measured {len(measured.batches)} batches on the embedded engine")
     if args.save_measurements:
         save_measurements(measured, args.save_measurements)
         console.print(f"measurements written to {args.save_measurements}")
     return measured
+
+
+def _positive_ints(flag: str, text: str) -> tuple[int, ...]:
+    try:
+        values = tuple(int(item) for item in text.split(",") if item.strip())
+    except ValueError:
+        values = ()
+    if not values or any(v <= 0 for v in values):
+        raise ValueError(f"{flag} must be a comma-separated list of ints > 0, got {text!r}")
+    return values
 
 
 def report_json(report: CalibrationReport) -> dict[str, object]:

@@ -204,6 +204,7 @@ class SimCluster:
                 "preempted": len(entry.preempted),
                 "preempted_events": entry.preempted_events,
                 "promoted": len(entry.promoted),
+                "judged_infeasible": len(entry.infeasible),
                 "completed": self.lookaheads.completed,
                 "on_time": self.lookaheads.on_time,
                 "late": self.lookaheads.late,

@@ -45,6 +45,7 @@ class WorkerStats:
     preempted_events: int = 0
     preempted: set[str] = field(default_factory=set)
     promoted: set[str] = field(default_factory=set)
+    infeasible: set[str] = field(default_factory=set)  # lookaheads triaged as unable to be on time
     kv_blocked: int = 0
     retracted: int = 0
 
@@ -168,6 +169,7 @@ class Worker:
         self.stats.preempted_events += len(admission.preempted)
         self.stats.preempted.update(admission.preempted)
         self.stats.promoted.update(admission.promoted)
+        self.stats.infeasible.update(admission.infeasible)
         return chunks, admission.est_ms
 
     def _retract_paused_best_effort(self, in_batch: set[str]) -> bool:

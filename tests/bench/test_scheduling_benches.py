@@ -38,8 +38,11 @@ def test_slo_bench_writes_the_issue_shape_and_protects_tbt(tmp_path) -> None:
     assert set(document) == {"slo_ttft_ms", "slo_tbt_ms", "be_loads", "vanilla", "lookahead_aware"}
     assert document["be_loads"] == [0.0, 10.0]
     for policy in ("vanilla", "lookahead_aware"):
-        assert set(document[policy]) == {"lc_ttft_p99_ms", "tbt_p95_ms", "lookahead_on_time_frac"}
-        assert all(len(values) == 2 for values in document[policy].values())
+        series = document[policy]
+        assert {"lc_ttft_p99_ms", "tbt_p95_ms", "lookahead_on_time_frac"} <= set(series)
+        assert all(len(values) == 2 for values in series.values())
+        assert all(0 <= f <= 1 for f in series["lookahead_waste_frac"])
+        assert series["lookaheads"][0] == 0 and series["lookaheads"][1] > 0
     heavy = 1
     assert (
         document["lookahead_aware"]["tbt_p95_ms"][heavy] < document["vanilla"]["tbt_p95_ms"][heavy]
@@ -67,6 +70,12 @@ def test_estimator_bench_on_sim_and_a_saved_embedded_file(tmp_path) -> None:
         assert set(report) == {"n_heldout", "context_aware", "token_only"}
         assert report["context_aware"]["mean_rel_err"] < report["token_only"]["mean_rel_err"]
     assert sources["sim"]["n_heldout"] == 36
+    cross = json.loads(out.read_text())["cross_validation"]
+    assert set(cross) == {"sim", "embedded"}
+    assert cross["sim"]["n"] == 120 and cross["sim"]["folds"] == 5
+    assert (
+        cross["sim"]["context_aware"]["mean_rel_err"] < cross["sim"]["token_only"]["mean_rel_err"]
+    )
 
 
 def test_sim_ttft_summary_math() -> None:

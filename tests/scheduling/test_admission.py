@@ -1,5 +1,6 @@
 import dataclasses
 import itertools
+import math
 import random
 
 import pytest
@@ -131,6 +132,37 @@ def test_be_queue_is_earliest_deadline_first() -> None:
     ]
     admission = HybridPolicy(MODEL).begin_round(0.0, [], waiting)
     assert [d.rid for d in admission.ordered(waiting)] == ["early", "late", "no-deadline"]
+
+
+def test_a_lookahead_past_its_deadline_never_goes_ahead_of_one_that_can_be_on_time() -> None:
+    """Plain EDF would serve the missed deadline first and make the next one late too."""
+    waiting = [
+        be("missed", 4000, commit_deadline_ms=900.0),
+        be("feasible", 4000, commit_deadline_ms=5000.0),
+    ]
+    admission = HybridPolicy(MODEL, HybridConfig(tbt_bound_ms=BOUND_MS)).begin_round(
+        1000.0, [], waiting
+    )
+    assert [d.rid for d in admission.ordered(waiting)] == ["feasible", "missed"]
+    assert admission.infeasible == {"missed"}
+    decisions = {d.rid: admission.offer(d) for d in admission.ordered(waiting)}
+    assert isinstance(decisions["feasible"], Admit)
+    assert admission.plan().infeasible == ("missed",)
+
+
+def test_a_lookahead_that_cannot_make_its_deadline_is_neither_promoted_nor_ahead() -> None:
+    config = HybridConfig(tbt_bound_ms=BOUND_MS, promote_within_ms=500.0)
+    alone_ms = MODEL.est_features_ms(BatchFeatures().with_chunk(8000, 0))
+    assert alone_ms > 100.0  # far more than the 100 ms left before its deadline
+    waiting = [
+        be("hopeless", 8000, commit_deadline_ms=1100.0),
+        be("close", 200, commit_deadline_ms=1300.0),
+        be("feasible", 2000, commit_deadline_ms=9000.0),
+    ]
+    admission = HybridPolicy(MODEL, config).begin_round(1000.0, [], waiting)
+    assert admission.scheduled_class(waiting[0]) == "be"
+    assert admission.scheduled_class(waiting[1]) == "lc"  # due soon and can make it: promoted
+    assert [d.rid for d in admission.ordered(waiting)] == ["close", "feasible", "hopeless"]
 
 
 def test_settle_returns_unused_room_to_later_be_offers() -> None:
@@ -395,3 +427,43 @@ def test_property_whole_batch_plan_equals_incremental_offers_in_queue_order(s) -
     incremental = {d.rid: admission.offer(d) for d in admission.ordered(s["waiting"])}
     assert incremental == plan.decisions
     assert list(itertools.chain(incremental)) == list(plan.decisions)
+
+
+@settings(max_examples=300, deadline=None)
+@given(s=scenario, disagg=st.booleans())
+def test_property_no_infeasible_lookahead_is_queued_ahead_of_a_feasible_one(s, disagg) -> None:
+    if disagg:
+        policy = SlackAwarePolicy(MODEL, DisaggConfig(max_batch_tokens=s["max_tokens"]))
+    else:
+        policy = HybridPolicy(MODEL, HybridConfig(tbt_bound_ms=s["bound"]))
+    admission = policy.begin_round(s["now"], s["decodes"], s["waiting"])
+    best_effort = [
+        d for d in admission.ordered(s["waiting"]) if admission.scheduled_class(d) == "be"
+    ]
+    infeasible = [d.rid in admission.infeasible for d in best_effort]
+    assert infeasible == sorted(infeasible)  # every feasible one first
+    feasible_deadlines = [
+        math.inf if d.commit_deadline_ms is None else d.commit_deadline_ms
+        for d, late in zip(best_effort, infeasible, strict=True)
+        if not late
+    ]
+    assert feasible_deadlines == sorted(feasible_deadlines)  # earliest deadline first
+    for descriptor in s["waiting"]:
+        deadline = descriptor.commit_deadline_ms
+        if descriptor.is_lookahead and not descriptor.promoted and deadline is not None:
+            if deadline < s["now"] and descriptor.remaining_prefill_tokens > 0:
+                assert descriptor.rid in admission.infeasible
+            if descriptor.rid in admission.infeasible:
+                assert admission.scheduled_class(descriptor) == "be"
+
+
+@settings(max_examples=200, deadline=None)
+@given(s=scenario)
+def test_property_infeasible_lookaheads_never_take_room_from_feasible_ones(s) -> None:
+    """Feasible requests get the same decisions whether or not the infeasible ones exist."""
+    policy = HybridPolicy(MODEL, HybridConfig(tbt_bound_ms=s["bound"]))
+    full = policy.plan(s["now"], s["decodes"], s["waiting"])
+    dropped = set(full.infeasible)
+    reduced = policy.plan(s["now"], s["decodes"], [d for d in s["waiting"] if d.rid not in dropped])
+    for rid, decision in reduced.decisions.items():
+        assert full.decisions[rid] == decision

@@ -134,13 +134,17 @@ def test_lookahead_deadlines_are_accounted() -> None:
     loose = RequestTags(
         priority_class="be", is_lookahead=True, lookahead_group_id="b", commit_deadline_ms=60_000.0
     )
-    run(sim_cluster, [
-        SimRequest("late", tokens(40, 6000), 0, arrival_ms=0.0, tags=tight),
-        SimRequest("fine", tokens(41, 600), 0, arrival_ms=0.0, tags=loose),
-    ])  # fmt: skip
+    late = SimRequest("late", tokens(40, 6000), 0, arrival_ms=0.0, tags=tight)
+    fine = SimRequest("fine", tokens(41, 600), 0, arrival_ms=0.0, tags=loose)
+    run(sim_cluster, [late, fine])
     counts = sim_cluster.stats()["lookahead"]
     assert counts["completed"] == 2 and counts["on_time"] == 1 and counts["late"] == 1
     assert counts["late_prefill_tokens"] == 6000
+    # The 6000-token warm-up cannot be done within 1 ms: triaged, it waits behind the feasible one
+    # although its deadline is earlier.
+    assert counts["judged_infeasible"] == 1
+    assert fine.finish_ms is not None and late.finish_ms is not None
+    assert fine.finish_ms < late.finish_ms
 
 
 @settings(max_examples=25, deadline=None)
