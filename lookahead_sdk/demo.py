@@ -11,6 +11,7 @@ from pathlib import Path
 from lookahead_sdk.agent.driver import STRATEGIES
 from lookahead_sdk.bench.common import write_json
 from lookahead_sdk.bench.ttft import (
+    DEFAULT_STEPS,
     DEFAULT_TOOL_LATENCY_S,
     TtftBenchConfig,
     plot,
@@ -47,7 +48,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "--out", default="lookahead-demo", help="directory for demo.json and demo.png"
     )
     parser.add_argument("--agents", type=int, default=1)
-    parser.add_argument("--steps", type=int, default=14)
+    parser.add_argument("--steps", type=int, default=DEFAULT_STEPS)
     parser.add_argument("--strategies", default=",".join(STRATEGIES))
     parser.add_argument("--port", type=int, default=8089, help="embedded engine port")
     parser.add_argument(

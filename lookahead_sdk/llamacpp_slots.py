@@ -6,8 +6,10 @@ land in the program's own slot and evict the context the next turn needs. With `
 the tagging transport pins requests (`id_slot`): the program's foreground requests to its
 `current` slot, its lookahead warm-ups to its `branch` slot (background summaries, whose prompt
 is the live context plus an instruction, to `current`, where that context is cached); a
-committed lookahead swaps the two, since the warmed branch now holds the live context. Programs
-beyond the slot pairs the server has, and sub-agent programs, are left to the server's choice.
+committed lookahead swaps the two, since the warmed branch now holds the live context. A spawned
+sub-agent (Isolate) is handed the branch slot its context was warmed in, and the program gets a
+free slot as its new branch. Programs beyond the slot pairs the server has are left to the
+server's choice.
 """
 
 from __future__ import annotations
@@ -65,6 +67,27 @@ class SlotPairs:
         if pair is None:
             return None
         return pair.branch if tags.is_lookahead and not tags.extends_live_context else pair.current
+
+    def hand_over(self, origin: str, program_id: str, child_id: str) -> bool:
+        """The sub-agent `child_id` takes `program_id`'s branch slot (where its context was
+        warmed) as its own; `program_id` gets a free slot as its new branch. False (nothing
+        changes) when the program has no pair or the server no free slot."""
+        with self._lock:
+            pair = self._pairs.get((origin, program_id))
+            if pair is None or (origin, child_id) in self._pairs:
+                return False
+            used = {
+                slot
+                for (o, _), other in self._pairs.items()
+                if o == origin
+                for slot in (other.current, other.branch)
+            }
+            free = [slot for slot in range(self._total[origin]) if slot not in used]
+            if not free:
+                return False
+            self._pairs[(origin, child_id)] = SlotPair(current=pair.branch, branch=pair.branch)
+            pair.branch = free[0]
+            return True
 
     def swap(self, origin: str, program_id: str) -> None:
         with self._lock:

@@ -42,7 +42,7 @@ from lookahead_sdk.slack import FOREGROUND
 from lookahead_sdk.state import LookaheadState, LookaheadStatus, MainState, PartialOutput, Snapshot
 from lookahead_sdk.tags import RequestTags, current_tags, use_tags
 from lookahead_sdk.tokens import TokenCounter
-from lookahead_sdk.warmup import RequestShape, Warmer
+from lookahead_sdk.warmup import RequestShape, Warmer, notify_warmer
 
 log = logging.getLogger(__name__)
 
@@ -248,7 +248,10 @@ class LookaheadRuntime:
             self._spent_by_group.pop(lookahead.group_id or "", None)
             outcome = CommitOutcome(CommitKind.HIT, messages, covered_end=end, waited_s=waited)
             self._notify_warmer(
-                "committed", self.tags.program_id, replaced=self.policy.commit_mode == "replace"
+                "committed",
+                self.tags.program_id,
+                replaced=self.policy.commit_mode == "replace",
+                live_prefix_tokens=main.shared_prefix_tokens(messages),
             )
             if self.policy.commit_mode == "replace" and self._still_over_limit(messages):
                 # The suffix that arrived since the snapshot kept the context over the limit.
@@ -576,10 +579,7 @@ class LookaheadRuntime:
             self._notify_warmer("detach", self.tags.program_id)
 
     def _notify_warmer(self, hook: str, *args: Any, **kwargs: Any) -> None:
-        """Lifecycle hooks (attach / committed / detach) are optional for a warmer."""
-        method = getattr(self.warmer, hook, None)
-        if method is not None:
-            method(*args, **kwargs)
+        notify_warmer(self.warmer, hook, *args, **kwargs)
 
     async def __aenter__(self) -> LookaheadRuntime:
         return self

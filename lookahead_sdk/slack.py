@@ -102,3 +102,48 @@ class SlackGate:
         waited = time.perf_counter() - started
         self.waited_s += waited
         return waited
+
+
+class ChunkSizer:
+    """Sizes best-effort prefill chunks by time, not tokens: a chunk the engine is running when a
+    foreground request arrives delays that request until it ends (llama.cpp cannot preempt a
+    batch), so each chunk should take about `target_s`. The engine's prefill rate is learned from
+    the chunks' own timings (moving average), so the same setting suits a CPU and a GPU. Chunks
+    never go below `min_tokens`: each forward pass also pays a cost that grows with the cached
+    context (on llama.cpp's CPU backend ~60 ms per 1K cached tokens, measured), so tiny chunks
+    would spend most of their time on it."""
+
+    def __init__(
+        self,
+        *,
+        target_s: float = 0.4,
+        min_tokens: int = 128,
+        max_tokens: int = 2048,
+        initial_tokens_per_s: float = 500.0,
+        smoothing: float = 0.5,
+    ) -> None:
+        if target_s <= 0:
+            raise ValueError(f"target_s must be positive seconds, got {target_s}")
+        if not 1 <= min_tokens <= max_tokens:
+            raise ValueError(
+                f"need 1 <= min_tokens <= max_tokens, got min_tokens={min_tokens} max_tokens={max_tokens}"
+            )
+        if initial_tokens_per_s <= 0:
+            raise ValueError(f"initial_tokens_per_s must be positive, got {initial_tokens_per_s}")
+        if not 0 < smoothing <= 1:
+            raise ValueError(f"smoothing must be in (0, 1], got {smoothing}")
+        self.target_s = target_s
+        self.min_tokens = min_tokens
+        self.max_tokens = max_tokens
+        self.smoothing = smoothing
+        self.tokens_per_s = initial_tokens_per_s
+
+    def next_tokens(self) -> int:
+        return max(self.min_tokens, min(self.max_tokens, int(self.tokens_per_s * self.target_s)))
+
+    def observe(self, tokens: int, seconds: float) -> None:
+        """A chunk prefilled `tokens` new tokens in `seconds` of engine time."""
+        if tokens <= 0 or seconds <= 0:
+            return
+        rate = tokens / seconds
+        self.tokens_per_s += self.smoothing * (rate - self.tokens_per_s)

@@ -95,6 +95,16 @@ class MainState:
     def message_tokens(self, index: int) -> int:
         return self._message_tokens[index]
 
+    def shared_prefix_tokens(self, messages: Sequence[Message]) -> int:
+        """Tokens of this history's leading messages that `messages` starts with unchanged
+        (what a prefix cache holding this history can reuse for `messages`)."""
+        shared = 0
+        for mine, theirs in zip(self._messages, messages, strict=False):
+            if mine != theirs:
+                break
+            shared += 1
+        return self._token_prefix[shared]
+
     def prefix_signature(self, end: int) -> bytes | None:
         """Signature of messages[:end], or None when the history is shorter than end."""
         if end < 0 or end >= len(self._signatures):

@@ -12,6 +12,7 @@ Warm-ups go out with the caller's contextvar tags (best-effort lookahead tags in
 
 from __future__ import annotations
 
+import inspect
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -21,7 +22,7 @@ import httpx
 
 from lookahead_sdk.llamacpp_slots import SLOT_PAIRS
 from lookahead_sdk.messages import Message
-from lookahead_sdk.slack import SlackGate, origin_of
+from lookahead_sdk.slack import ChunkSizer, SlackGate, origin_of
 from lookahead_sdk.tags import current_tags
 from lookahead_sdk.transport import WireFormat, tagged_async_http_client
 
@@ -71,8 +72,10 @@ class Warmer(Protocol):
     async def aclose(self) -> None: ...
 
     # Optional lifecycle hooks, called when present: attach(program_id) as a runtime starts
-    # using the warmer; committed(program_id, replaced=bool) after a lookahead commit (replaced:
-    # the warmed context is now the live one); detach(program_id) when the runtime closes.
+    # using the warmer; committed(program_id, replaced=bool, live_prefix_tokens=int) after a
+    # lookahead commit (replaced: the committed context replaces the live one; live_prefix_tokens:
+    # how much of it the live context already holds); hand_over(program_id, child_id) when a
+    # sub-agent starts from a spawned context; detach(program_id) when a runtime or sub-agent ends.
 
 
 class _HttpWarmer:
@@ -91,7 +94,9 @@ class _HttpWarmer:
     def attach(self, program_id: str) -> None:
         return None
 
-    def committed(self, program_id: str, *, replaced: bool) -> None:
+    def committed(
+        self, program_id: str, *, replaced: bool, live_prefix_tokens: int | None = None
+    ) -> None:
         return None
 
     def detach(self, program_id: str) -> None:
@@ -127,11 +132,13 @@ class OpenAIWarmer(_HttpWarmer):
 
 
 class LlamaCppWarmer(_HttpWarmer):
-    """llama.cpp has no request priorities, so with a `SlackGate` the warm-up goes out in chunks
-    of `chunk_tokens`, each only when no foreground request is in flight (slack admission done
-    on the client); each chunk extends the cached prefix of the previous one in the same slot.
-    Programs attached to it get a slot pair (see `llamacpp_slots`): the warm-up is built in the
-    program's branch slot, never over its live context."""
+    """llama.cpp has no request priorities, so with a `SlackGate` the warm-up goes out in chunks,
+    each only when no foreground request is in flight (slack admission done on the client); each
+    chunk extends the cached prefix of the previous one in the same slot. Chunks are sized to
+    take about `chunk_target_s` at the engine's measured prefill rate (`ChunkSizer`): a chunk in
+    flight when a foreground request arrives delays it by up to that much. Programs attached to
+    it get a slot pair (see `llamacpp_slots`): the warm-up is built in the program's branch slot,
+    never over its live context."""
 
     wire = "llamacpp"
 
@@ -140,14 +147,17 @@ class LlamaCppWarmer(_HttpWarmer):
         base_url: str,
         *,
         gate: SlackGate | None = None,
-        chunk_tokens: int = 512,
+        chunk_target_s: float = 0.4,
+        max_chunk_tokens: int = 2048,
         **kwargs: Any,
     ) -> None:
-        if chunk_tokens < 16:
-            raise ValueError(f"chunk_tokens must be >= 16, got {chunk_tokens}")
         super().__init__(base_url, **kwargs)
         self.gate = gate
-        self.chunk_tokens = chunk_tokens
+        self.chunks = ChunkSizer(target_s=chunk_target_s, max_tokens=max_chunk_tokens)
+        # Per program: the token ids its branch slot holds from this warmer's chunks, so a
+        # warm-up extending an earlier one starts where that one ended, not with tiny chunks
+        # over a prefix the slot already holds.
+        self._branch_ids: dict[str, list[int]] = {}
         self.origin = origin_of(self.server_url)
         if not SLOT_PAIRS.is_configured(self.origin):
             try:
@@ -159,11 +169,24 @@ class LlamaCppWarmer(_HttpWarmer):
     def attach(self, program_id: str) -> None:
         SLOT_PAIRS.enroll(self.origin, program_id)
 
-    def committed(self, program_id: str, *, replaced: bool) -> None:
-        if replaced:
+    def committed(
+        self, program_id: str, *, replaced: bool, live_prefix_tokens: int | None = None
+    ) -> None:
+        """The committed context goes to whichever slot holds more of it: the branch (the
+        warm-up) or the live slot (a commit rewriting only recent messages, or a warm-up that
+        did not get far, leaves most of it there)."""
+        warmed_tokens = len(self._branch_ids.pop(program_id, ()))
+        if replaced and (live_prefix_tokens is None or warmed_tokens > live_prefix_tokens):
             SLOT_PAIRS.swap(self.origin, program_id)
 
+    def hand_over(self, program_id: str, child_id: str) -> None:
+        """A sub-agent spawned from this program's lookahead runs in the slot it was warmed in
+        (until `detach(child_id)`)."""
+        if SLOT_PAIRS.hand_over(self.origin, program_id, child_id):
+            self._branch_ids.pop(program_id, None)
+
     def detach(self, program_id: str) -> None:
+        self._branch_ids.pop(program_id, None)
         SLOT_PAIRS.release(self.origin, program_id)
 
     async def render(
@@ -188,7 +211,9 @@ class LlamaCppWarmer(_HttpWarmer):
     async def _prefill(self, prompt: str | list[int]) -> tuple[int, int]:
         body = {"prompt": prompt, "n_predict": 0, "cache_prompt": True, "temperature": 0}
         timings = (await self._post("/completion", body)).get("timings") or {}
-        return int(timings.get("prompt_n", 0)), int(timings.get("cache_n", 0))
+        prefilled = int(timings.get("prompt_n", 0))
+        self.chunks.observe(prefilled, float(timings.get("prompt_ms", 0.0)) / 1000)
+        return prefilled, int(timings.get("cache_n", 0))
 
     async def warm(
         self, messages: Sequence[Message], *, shape: RequestShape, open_last: bool = False
@@ -206,13 +231,16 @@ class LlamaCppWarmer(_HttpWarmer):
         ids = (await self._post("/tokenize", {"content": prompt, "parse_special": True}))["tokens"]
         if not ids:
             return WarmupResult(0, 0, time.perf_counter() - started)
+        tags = current_tags()
+        program_id = tags.program_id if tags is not None else ""
+        end = common_prefix_length(ids, self._branch_ids.get(program_id, ()))
         prefilled_total = 0
-        for end in range(
-            min(self.chunk_tokens, len(ids)), len(ids) + self.chunk_tokens, self.chunk_tokens
-        ):
+        while end < len(ids):
             await self.gate.wait()
-            prefilled, _ = await self._prefill(ids[: min(end, len(ids))])
+            end = min(len(ids), end + self.chunks.next_tokens())
+            prefilled, _ = await self._prefill(ids[:end])
             prefilled_total += prefilled
+            self._branch_ids[program_id] = ids[:end]
         return WarmupResult(len(ids), len(ids) - prefilled_total, time.perf_counter() - started)
 
 
@@ -269,6 +297,18 @@ class SGLangWarmer(_HttpWarmer):
             "/generate",
             {"input_ids": [0], "sampling_params": self._sampling(promote_group_id=group_id)},
         )
+
+
+def notify_warmer(warmer: object, hook: str, *args: Any, **kwargs: Any) -> None:
+    """Call an optional lifecycle hook of a warmer (attach / committed / hand_over / detach) if
+    it has one, with only the keyword arguments it accepts (hooks gained arguments over time)."""
+    method = getattr(warmer, hook, None)
+    if method is None:
+        return
+    parameters = inspect.signature(method).parameters
+    if not any(p.kind is inspect.Parameter.VAR_KEYWORD for p in parameters.values()):
+        kwargs = {name: value for name, value in kwargs.items() if name in parameters}
+    method(*args, **kwargs)
 
 
 def common_prefix_length(first: Sequence[int], second: Sequence[int]) -> int:

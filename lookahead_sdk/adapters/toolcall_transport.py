@@ -35,7 +35,7 @@ from lookahead_sdk.transport import (
     TaggingTransport,
     WireFormat,
 )
-from lookahead_sdk.warmup import RequestShape, Warmer, WarmupResult
+from lookahead_sdk.warmup import RequestShape, Warmer, WarmupResult, notify_warmer
 
 _DROPPED_RESPONSE_HEADERS = ("content-length", "content-encoding", "transfer-encoding")
 
@@ -302,18 +302,16 @@ class ToolCallWarmer:
 
     # The optional lifecycle hooks (slot pairing on llama.cpp) go to the wrapped warmer.
     def attach(self, program_id: str) -> None:
-        self._notify("attach", program_id)
+        notify_warmer(self.inner, "attach", program_id)
 
-    def committed(self, program_id: str, *, replaced: bool) -> None:
-        self._notify("committed", program_id, replaced=replaced)
+    def committed(self, program_id: str, **kwargs: Any) -> None:
+        notify_warmer(self.inner, "committed", program_id, **kwargs)
+
+    def hand_over(self, program_id: str, child_id: str) -> None:
+        notify_warmer(self.inner, "hand_over", program_id, child_id)
 
     def detach(self, program_id: str) -> None:
-        self._notify("detach", program_id)
-
-    def _notify(self, hook: str, *args: Any, **kwargs: Any) -> None:
-        method = getattr(self.inner, hook, None)
-        if method is not None:
-            method(*args, **kwargs)
+        notify_warmer(self.inner, "detach", program_id)
 
     async def aclose(self) -> None:
         await self.inner.aclose()

@@ -12,10 +12,11 @@ from typing import Literal
 from lookahead_sdk.agent.llm import ChatClient
 from lookahead_sdk.agent.loop import AgentRun, ReferenceAgent, TurnRecord
 from lookahead_sdk.agent.workload import (
-    DEFAULT_TOOL_OUTPUT_TOKENS,
+    DEFAULT_LARGE_OUTPUT_EVERY,
     MAIN_SYSTEM_PROMPT,
     CodeAnalysisWorkload,
     Delegation,
+    default_read_tokens,
     workload_tools,
 )
 from lookahead_sdk.messages import Message
@@ -111,11 +112,14 @@ async def run_agents(
     on_turn: Callable[[TurnRecord], None] | None = None,
     slack_admission: bool | None = None,
     tool_latency_s: float = 0.0,
-    tool_output_tokens: tuple[int, int] = DEFAULT_TOOL_OUTPUT_TOKENS,
+    tool_output_tokens: tuple[int, int] | None = None,
+    large_output_every: int = DEFAULT_LARGE_OUTPUT_EVERY,
 ) -> RunResult:
-    """`agents` concurrent agents (seeds seed..seed+agents-1), each its own program."""
+    """`agents` concurrent agents (seeds seed..seed+agents-1), each its own program. Reads are
+    `tool_output_tokens` long (default: scaled to `window_tokens`, see `default_read_tokens`)."""
     if agents < 1:
         raise ValueError(f"agents must be >= 1, got {agents}")
+    read_tokens = tool_output_tokens or default_read_tokens(window_tokens)
     counter = token_counter or auto_token_counter(base_url)
     # Client-side slack admission stands in for the server's on engines without priorities.
     if slack_admission is None:
@@ -147,7 +151,8 @@ async def run_agents(
                 steps=steps,
                 token_counter=counter,
                 tool_latency_s=tool_latency_s,
-                tokens_per_output=tool_output_tokens,
+                tokens_per_output=read_tokens,
+                large_output_every=large_output_every,
             )
             plan = workload.delegation_plan() if strategy == "isolate" else workload.read_plan()
             policy = make_policy(

@@ -169,10 +169,18 @@ class ReferenceAgent:
         outcome = await runtime.commit()
         parent = current_tags()
         child = replace(parent, program_id=f"{parent.program_id}/sub{step}") if parent else None
-        with use_tags(child):  # the sub-agent is its own program, with its own context
-            answer = await self._run_subagent(
-                outcome.messages, delegation, step, started, outcome.kind, record
-            )
+        hand_over = getattr(runtime.warmer, "hand_over", None)
+        if parent and child and hand_over:
+            hand_over(parent.program_id, child.program_id)  # its context was warmed there
+        try:
+            with use_tags(child):  # the sub-agent is its own program, with its own context
+                answer = await self._run_subagent(
+                    outcome.messages, delegation, step, started, outcome.kind, record
+                )
+        finally:
+            detach = getattr(runtime.warmer, "detach", None)
+            if child and detach:
+                detach(child.program_id)
         runtime.append(tool_message(call, answer))
         await runtime.boundary()
 

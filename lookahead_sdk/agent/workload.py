@@ -1,4 +1,4 @@
-"""A seeded code-analysis workload like the paper's: each step reads ~600-650 tokens of real source.
+"""A seeded code-analysis workload like the paper's, scaled to the model's window: each step reads real source.
 
 The corpus is the Python standard library of the running interpreter (real, offline source
 text). The workload plans which tool calls the agent makes, so a synchronous run and a lookahead
@@ -16,11 +16,27 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from lookahead_sdk.policy import PAPER_WINDOW_TOKENS
 from lookahead_sdk.tokens import TokenCounter
 from lookahead_sdk.tools import Tool
 
-# Tokens each read adds to the context: the paper's code-analysis workload (600-650 per step).
-DEFAULT_TOOL_OUTPUT_TOKENS = (600, 650)
+# Tokens a read adds to the context, scaled with the model's window like every threshold. The
+# paper's workload adds ~600-650 tokens per step to a 32K model. Files are read in chunks of
+# varied size: every `DEFAULT_LARGE_OUTPUT_EVERY`-th read is LARGE_OUTPUT_FACTOR times larger (a
+# whole class), which is what Offload's threshold (1024 tokens at 32K) selects; the mean read is
+# ~690 tokens at 32K, ~170 at 8K.
+PAPER_READ_TOKENS = (440, 480)  # a normal read at the paper's 32K window
+DEFAULT_LARGE_OUTPUT_EVERY = 4
+LARGE_OUTPUT_FACTOR = 3
+
+
+def default_read_tokens(window_tokens: int) -> tuple[int, int]:
+    scale = window_tokens / PAPER_WINDOW_TOKENS
+    low, high = (max(1, round(bound * scale)) for bound in PAPER_READ_TOKENS)
+    return low, high
+
+
+DEFAULT_TOOL_OUTPUT_TOKENS = default_read_tokens(8192)  # the embedded model's window
 
 # Sizeable, stable, pure-Python stdlib modules.
 CORPUS_MODULES: tuple[str, ...] = (
@@ -152,6 +168,7 @@ class CodeAnalysisWorkload:
     steps: int
     token_counter: TokenCounter
     tokens_per_output: tuple[int, int] = DEFAULT_TOOL_OUTPUT_TOKENS
+    large_output_every: int = DEFAULT_LARGE_OUTPUT_EVERY  # 0: every read the same size
     handover_tokens: int = 700
     tool_latency_s: float = 0.0  # mean; each call takes 0.5x-1.5x of it (seeded)
     root: Path = field(default_factory=corpus_root)
@@ -166,6 +183,10 @@ class CodeAnalysisWorkload:
             raise ValueError(
                 f"tokens_per_output must be (low, high) with 0 < low <= high, got {self.tokens_per_output}"
             )
+        if self.large_output_every < 0:
+            raise ValueError(
+                f"large_output_every must be >= 0 (0: no large reads), got {self.large_output_every}"
+            )
         self.modules = [m for m in CORPUS_MODULES if (self.root / m).is_file()]
         if len(self.modules) < 4:
             raise FileNotFoundError(
@@ -179,9 +200,14 @@ class CodeAnalysisWorkload:
         return f"Analyze these standard-library modules for risky code: {', '.join(picked)}. Read them chunk by chunk."
 
     def read_plan(self) -> list[PlannedCall]:
-        """`steps` reads, each a line range whose text is ~600-650 tokens."""
+        """`steps` reads, each a line range of `tokens_per_output` tokens (every
+        `large_output_every`-th one LARGE_OUTPUT_FACTOR times that)."""
         rng = random.Random(self.seed)
-        return [self._chunk_call(rng) for _ in range(self.steps)]
+        every = self.large_output_every
+        return [
+            self._chunk_call(rng, large=every > 0 and step % every == every - 1)
+            for step in range(self.steps)
+        ]
 
     def delegation_plan(self, reads_per_subagent: int = 1) -> list[Delegation]:
         """`steps` delegations, each handing one module (with an outline) to a sub-agent."""
@@ -207,8 +233,11 @@ class CodeAnalysisWorkload:
             )
         return self._lines[module]
 
-    def _chunk_call(self, rng: random.Random, module: str | None = None) -> PlannedCall:
-        low, high = self.tokens_per_output
+    def _chunk_call(
+        self, rng: random.Random, module: str | None = None, *, large: bool = False
+    ) -> PlannedCall:
+        factor = LARGE_OUTPUT_FACTOR if large else 1
+        low, high = (factor * bound for bound in self.tokens_per_output)
         module = module or rng.choice(self.modules)
         lines = self._source_lines(module)
         start = rng.randrange(0, max(1, len(lines) - 200))

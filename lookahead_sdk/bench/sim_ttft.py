@@ -26,6 +26,7 @@ from rich.console import Console
 from rich.table import Table
 
 from lookahead_sdk.bench.common import new_figure, percentile, progress, save_figure, write_json
+from lookahead_sdk.bench.ttft import token_range
 
 STRATEGIES = ("offload", "keep_recent", "summarize", "isolate")
 DEFAULT_AGENTS = (1, 4, 8, 16)
@@ -88,6 +89,12 @@ def register(bench_subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--strategies", default=",".join(STRATEGIES))
     parser.add_argument("--steps", type=int, default=28)
     parser.add_argument("--window-tokens", type=int, default=32_768)
+    parser.add_argument(
+        "--tool-output-tokens",
+        type=token_range,
+        metavar="LOW,HIGH",
+        help="tokens a read adds (default: scaled to --window-tokens, 440,480 at 32K)",
+    )
     parser.add_argument("--max-tokens", type=int, default=32)
     parser.add_argument("--kv-tokens", type=int, default=400_000)
     parser.add_argument("--mode", choices=("colocated", "disagg"), default="colocated")
@@ -135,6 +142,7 @@ def run(args: argparse.Namespace) -> int:
                                 seed=args.seed,
                                 model="sim",
                                 max_tokens=args.max_tokens,
+                                tool_output_tokens=args.tool_output_tokens,
                             )
                         )
                         ttft[mode] = [t / args.time_scale for t in result.transform_ttft_s]

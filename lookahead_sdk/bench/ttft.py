@@ -20,21 +20,22 @@ import httpx
 
 from lookahead_sdk.agent.driver import STRATEGIES, RunResult, run_agents
 from lookahead_sdk.agent.loop import TurnRecord
-from lookahead_sdk.agent.workload import DEFAULT_TOOL_OUTPUT_TOKENS
+from lookahead_sdk.agent.workload import DEFAULT_LARGE_OUTPUT_EVERY, default_read_tokens
 from lookahead_sdk.bench.common import new_figure, percentile, progress, save_figure, write_json
 
 MODES = ("sync", "lookahead")
 # Mean time a tool call takes to come back (the workload draws 0.5x-1.5x of it per call): a
 # sandbox round trip plus execution. It is the slack lookahead work can use on an engine that,
 # like llama.cpp on a CPU, is saturated while it serves a request.
-DEFAULT_TOOL_LATENCY_S = 3.0
+DEFAULT_TOOL_LATENCY_S = 2.0
+DEFAULT_STEPS = 28  # the paper's workload length
 
 
 @dataclass(frozen=True)
 class TtftBenchConfig:
     base_url: str | None = None  # None: the embedded engine
     agents: int = 1
-    steps: int = 14
+    steps: int = DEFAULT_STEPS
     strategies: tuple[str, ...] = STRATEGIES
     warmer: str | None = None  # None: llamacpp on the embedded engine, else openai
     window_tokens: int | None = None  # None: read from the server (llama.cpp /props)
@@ -42,13 +43,18 @@ class TtftBenchConfig:
     max_tokens: int = 32
     port: int = 8089
     tool_latency_s: float = DEFAULT_TOOL_LATENCY_S
-    # Tokens each read adds (the paper's workload: 600-650, whatever the window).
-    tool_output_tokens: tuple[int, int] = DEFAULT_TOOL_OUTPUT_TOKENS
+    # Tokens a read adds; None: the paper's growth scaled to the window (agent/workload.py).
+    tool_output_tokens: tuple[int, int] | None = None
+    large_output_every: int = DEFAULT_LARGE_OUTPUT_EVERY
 
     def __post_init__(self) -> None:
         unknown = set(self.strategies) - set(STRATEGIES)
         if unknown:
             raise ValueError(f"strategies must be among {STRATEGIES}, got {sorted(unknown)}")
+        if self.large_output_every < 0:
+            raise ValueError(
+                f"large_output_every must be >= 0 (0: no large reads), got {self.large_output_every}"
+            )
         if self.agents < 1 or self.steps < 1:
             raise ValueError(
                 f"agents and steps must be >= 1, got agents={self.agents} steps={self.steps}"
@@ -142,7 +148,8 @@ async def run_ttft_bench(
             "seed": config.seed,
             "max_tokens": config.max_tokens,
             "tool_latency_s": config.tool_latency_s,
-            "tool_output_tokens": list(config.tool_output_tokens),
+            "tool_output_tokens": list(config.tool_output_tokens or default_read_tokens(window)),
+            "large_output_every": config.large_output_every,
             "machine": f"{platform.machine()}, {__import__('os').cpu_count()} CPUs",
             "strategies": {},
         }
@@ -169,6 +176,7 @@ async def run_ttft_bench(
                     on_turn=on_turn,
                     tool_latency_s=config.tool_latency_s,
                     tool_output_tokens=config.tool_output_tokens,
+                    large_output_every=config.large_output_every,
                 )
                 runs[mode] = result.to_json()
             document["strategies"][strategy] = runs
@@ -361,6 +369,7 @@ def main(args: argparse.Namespace) -> int:
         port=args.port,
         tool_latency_s=args.tool_latency,
         tool_output_tokens=args.tool_output_tokens,
+        large_output_every=args.large_output_every,
     )
     document = asyncio.run(run_with_progress(config))
     write_json(args.json, document)
@@ -382,7 +391,7 @@ def register(bench_subparsers: argparse._SubParsersAction) -> None:
         "--embedded", action="store_true", help="the embedded llama.cpp engine (default)"
     )
     parser.add_argument("--agents", type=int, default=1)
-    parser.add_argument("--steps", type=int, default=14)
+    parser.add_argument("--steps", type=int, default=DEFAULT_STEPS)
     parser.add_argument("--strategies", default=",".join(STRATEGIES))
     parser.add_argument("--warmer", choices=("openai", "llamacpp", "sglang"))
     parser.add_argument(
@@ -402,10 +411,16 @@ def register(bench_subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument(
         "--tool-output-tokens",
         type=token_range,
-        default=DEFAULT_TOOL_OUTPUT_TOKENS,
         metavar="LOW,HIGH",
-        help="tokens each tool output adds (default 600,650 as in the paper's workload; "
-        "150,162 is that growth scaled from a 32K to an 8K window)",
+        help="tokens a read adds (default: scaled to the window, 110,120 at 8K; with the large "
+        "reads ~170 per step, the paper's ~600-650 per step at 32K scaled down)",
+    )
+    parser.add_argument(
+        "--large-output-every",
+        type=int,
+        default=DEFAULT_LARGE_OUTPUT_EVERY,
+        metavar="K",
+        help="every K-th read is 3x larger (what Offload's threshold selects); 0: none",
     )
     parser.add_argument("--json", required=True)
     parser.add_argument("--plot")

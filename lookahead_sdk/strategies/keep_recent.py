@@ -52,7 +52,7 @@ class KeepRecent(LimitTriggered):
     keep_task: bool = True
     hard_limit: Budget = HARD_LIMIT
     lookahead_at: Budget | None = None
-    lead_turns: float = 2.0
+    lead_turns: float = 3.0
 
     name = "keep_recent"
 

@@ -7,7 +7,13 @@ from dataclasses import dataclass
 
 from lookahead_sdk.messages import Message, with_content
 from lookahead_sdk.offload_store import OffloadStore
-from lookahead_sdk.policy import Budget, TransformContext, TransformResult, check_budget
+from lookahead_sdk.policy import (
+    Budget,
+    TransformContext,
+    TransformResult,
+    check_budget,
+    resolve_budget,
+)
 from lookahead_sdk.state import LookaheadState, LookaheadStatus, MainState
 from lookahead_sdk.strategies._limits import HARD_LIMIT, LimitTriggered
 from lookahead_sdk.tools import Tool
@@ -36,7 +42,7 @@ class Offload(LimitTriggered):
     threshold: Budget = 1 / 32
     hard_limit: Budget = HARD_LIMIT
     lookahead_at: Budget | None = None
-    lead_turns: float = 2.0
+    lead_turns: float = 3.0
     store: OffloadStore | None = None
 
     name = "offload"
@@ -81,6 +87,8 @@ class Offload(LimitTriggered):
         return TransformResult(result, {"offloaded": offloaded})
 
     def should_lookahead(self, main: MainState, lookahead: LookaheadState) -> bool:
+        if not self._offloadable(main, keep_newest=False):
+            return False
         if super().should_lookahead(main, lookahead):
             return True
         # Offloading costs file writes only: a ready result is redone at each boundary that
@@ -90,6 +98,23 @@ class Offload(LimitTriggered):
             lookahead.status is LookaheadStatus.READY
             and main.tokens >= self.soft_tokens(main)
             and any(m.get("role") == "tool" for m in main.messages[lookahead.last_segment_end :])
+        )
+
+    def should_commit(self, main: MainState, lookahead: LookaheadState) -> bool:
+        """At the hard limit, if there is anything to offload: with every large output already
+        a placeholder, a commit would rewrite nothing (the history then grows on, as it would
+        without a policy)."""
+        return super().should_commit(main, lookahead) and self._offloadable(main, keep_newest=True)
+
+    def _offloadable(self, main: MainState, *, keep_newest: bool) -> bool:
+        threshold = resolve_budget(self.threshold, main.window_tokens, "threshold")
+        tools = [i for i, m in enumerate(main.messages) if m.get("role") == "tool"]
+        candidates = tools[:-1] if keep_newest else tools
+        return any(
+            isinstance(content := main.messages[i].get("content"), str)
+            and not content.startswith(PLACEHOLDER_PREFIX)
+            and main.message_tokens(i) >= threshold
+            for i in candidates
         )
 
 

@@ -38,7 +38,7 @@ class Summarize(LimitTriggered):
     recent_budget: Budget = 4 / 32
     summary_tokens: int = 128
     instruction: str = DEFAULT_INSTRUCTION
-    lead_turns: float = 2.0
+    lead_turns: float = 3.0
 
     name = "summarize"
 

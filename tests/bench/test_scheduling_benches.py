@@ -100,6 +100,7 @@ def test_sim_ttft_drives_real_sdk_agents_against_sim_serve(tmp_path) -> None:
     argv = [
         "sim-ttft", "--json", str(out), "--agents", "1", "--strategies", "summarize",
         "--steps", "8", "--window-tokens", "4096", "--time-scale", "0.5",
+        "--tool-output-tokens", "300,320",
     ]  # fmt: skip
     assert run_bench(sim_ttft, argv) == 0
     document = json.loads(out.read_text())

@@ -90,9 +90,28 @@ def test_slot_pairs_pin_foreground_and_lookahead_and_swap_on_commit() -> None:
     assert "extends_live_context" not in branch.extending_live_context().to_body()
     pairs.swap("http://e", "a")
     assert pairs.slot_for("http://e", branch) == current
-    assert pairs.slot_for("http://e", RequestTags("a/sub1")) is None  # sub-agents: server's choice
+    assert pairs.slot_for("http://e", RequestTags("a/sub1")) is None  # not handed over: server's
     pairs.release("http://e", "a")
     assert pairs.enroll("http://e", "c") is not None
+
+
+def test_a_spawned_sub_agent_runs_in_the_slot_its_context_was_warmed_in() -> None:
+    pairs = SlotPairs()
+    pairs.configure("http://e", 4)
+    pair = pairs.enroll("http://e", "a")
+    assert pair is not None
+    warmed = pairs.slot_for("http://e", RequestTags("a").lookahead("g"))
+    live = pairs.slot_for("http://e", RequestTags("a"))
+    assert pairs.hand_over("http://e", "a", "a/sub1")
+    assert pairs.slot_for("http://e", RequestTags("a/sub1")) == warmed
+    assert pairs.slot_for("http://e", RequestTags("a")) == live  # the program keeps its context
+    new_branch = pairs.slot_for("http://e", RequestTags("a").lookahead("g2"))
+    assert new_branch not in (warmed, live)  # and warms its next lookahead elsewhere
+    assert pairs.hand_over("http://e", "a", "a/sub2")  # the fourth slot
+    assert not pairs.hand_over("http://e", "a", "a/sub3")  # no free slot left: nothing changes
+    assert pairs.slot_for("http://e", RequestTags("a/sub3")) is None
+    pairs.release("http://e", "a/sub1")
+    assert pairs.hand_over("http://e", "a", "a/sub3")  # its slot is free again
 
 
 async def test_llamacpp_wire_adds_the_slot(stub_server: RecordingProxy) -> None:

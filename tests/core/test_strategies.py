@@ -11,6 +11,7 @@ from hypothesis import strategies as st
 
 from lookahead_sdk import CommitKind, Completion, LookaheadRuntime, OffloadStore, TransformContext
 from lookahead_sdk.messages import Message
+from lookahead_sdk.state import LookaheadState, MainState
 from lookahead_sdk.strategies import Isolate, KeepRecent, Offload, Summarize, read_offloaded_tool
 from lookahead_sdk.strategies.isolate import instruction_from_arguments
 from lookahead_sdk.strategies.summarize import SUMMARY_PREFIX
@@ -72,6 +73,19 @@ def test_offload_never_loses_anything(history: list[Message], tmp_path_factory) 
         }
     again = asyncio.run(policy.transform(result, context())).messages
     assert again == result  # placeholders are never offloaded again
+
+
+@PROPERTY
+@given(history=agent_history())
+def test_offload_commits_exactly_when_its_transform_rewrites_something(
+    history: list[Message], tmp_path_factory
+) -> None:
+    policy = Offload(threshold=200, hard_limit=1, store=OffloadStore(tmp_path_factory.mktemp("o")))
+    main = MainState(history, window_tokens=8192, token_counter=COUNTER)
+    rewritten = asyncio.run(policy.transform(history, context())).messages
+    assert policy.should_commit(main, LookaheadState()) == (rewritten != history)
+    after = MainState(rewritten, window_tokens=8192, token_counter=COUNTER)
+    assert not policy.should_commit(after, LookaheadState())  # nothing left: no empty commits
 
 
 def test_read_offloaded_tool_reads_back_in_windows(tmp_path: Path) -> None:

@@ -57,6 +57,7 @@ def run_agent(base_url: str, strategy: str, mode: str, store_dir: Path) -> Agent
             steps=STEPS if strategy != "isolate" else 2,
             token_counter=counter,
             tokens_per_output=TOOL_OUTPUT_TOKENS,
+            large_output_every=0,
             handover_tokens=200,
             # Tools take time (a sandbox round trip): the slack the background work runs in.
             tool_latency_s=0.8 if mode == "lookahead" else 0.0,
