@@ -61,6 +61,11 @@ class SlotPairs:
             self._pairs[key] = pair
             return pair
 
+    def pair(self, origin: str, program_id: str) -> SlotPair | None:
+        with self._lock:
+            pair = self._pairs.get((origin, program_id))
+            return None if pair is None else SlotPair(pair.current, pair.branch)
+
     def slot_for(self, origin: str, tags: RequestTags) -> int | None:
         with self._lock:
             pair = self._pairs.get((origin, tags.program_id))

@@ -251,7 +251,7 @@ class LookaheadRuntime:
                 "committed",
                 self.tags.program_id,
                 replaced=self.policy.commit_mode == "replace",
-                live_prefix_tokens=main.shared_prefix_tokens(messages),
+                live_prefix_share=main.shared_prefix_share(messages),
             )
             if self.policy.commit_mode == "replace" and self._still_over_limit(messages):
                 # The suffix that arrived since the snapshot kept the context over the limit.
@@ -416,6 +416,10 @@ class LookaheadRuntime:
         )
         open_last = self.policy.commit_mode == "spawn" and lookahead.covered_partial is not None
         tags = self.tags.lookahead(group_id, commit_deadline_ms=self._commit_deadline_ms())
+        # How much of it the live context holds (a warmer may seed the warm-up from it).
+        self._notify_warmer(
+            "live_prefix", self.tags.program_id, self.main.shared_prefix_share(messages)
+        )
         with use_tags(tags):
             try:
                 outcome = await self.warmer.warm(messages, shape=self.shape, open_last=open_last)

@@ -95,15 +95,17 @@ class MainState:
     def message_tokens(self, index: int) -> int:
         return self._message_tokens[index]
 
-    def shared_prefix_tokens(self, messages: Sequence[Message]) -> int:
-        """Tokens of this history's leading messages that `messages` starts with unchanged
-        (what a prefix cache holding this history can reuse for `messages`)."""
+    def shared_prefix_share(self, messages: Sequence[Message]) -> float:
+        """The share (0..1, in tokens) of `messages` that starts with this history's leading
+        messages unchanged: what a prefix cache holding this history can reuse for it."""
         shared = 0
         for mine, theirs in zip(self._messages, messages, strict=False):
             if mine != theirs:
                 break
             shared += 1
-        return self._token_prefix[shared]
+        rest = sum(count_message(self.token_counter, m) for m in messages[shared:])
+        total = self._token_prefix[shared] + rest
+        return self._token_prefix[shared] / total if total else 0.0
 
     def prefix_signature(self, end: int) -> bytes | None:
         """Signature of messages[:end], or None when the history is shorter than end."""

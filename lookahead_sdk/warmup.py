@@ -13,6 +13,7 @@ Warm-ups go out with the caller's contextvar tags (best-effort lookahead tags in
 from __future__ import annotations
 
 import inspect
+import logging
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -72,9 +73,10 @@ class Warmer(Protocol):
     async def aclose(self) -> None: ...
 
     # Optional lifecycle hooks, called when present: attach(program_id) as a runtime starts
-    # using the warmer; committed(program_id, replaced=bool, live_prefix_tokens=int) after a
-    # lookahead commit (replaced: the committed context replaces the live one; live_prefix_tokens:
-    # how much of it the live context already holds); hand_over(program_id, child_id) when a
+    # using the warmer; committed(program_id, replaced=bool, live_prefix_share=float) after a
+    # lookahead commit (replaced: the committed context replaces the live one; live_prefix_share:
+    # the share of it the live context already holds); live_prefix(program_id, share) before a
+    # warm-up (the share of it the live context holds); hand_over(program_id, child_id) when a
     # sub-agent starts from a spawned context; detach(program_id) when a runtime or sub-agent ends.
 
 
@@ -95,7 +97,7 @@ class _HttpWarmer:
         return None
 
     def committed(
-        self, program_id: str, *, replaced: bool, live_prefix_tokens: int | None = None
+        self, program_id: str, *, replaced: bool, live_prefix_share: float | None = None
     ) -> None:
         return None
 
@@ -131,6 +133,10 @@ class OpenAIWarmer(_HttpWarmer):
         )
 
 
+log = logging.getLogger(__name__)
+SEEDED_PREFIX_TRUST = 0.9
+
+
 class LlamaCppWarmer(_HttpWarmer):
     """llama.cpp has no request priorities, so with a `SlackGate` the warm-up goes out in chunks,
     each only when no foreground request is in flight (slack admission done on the client); each
@@ -158,6 +164,11 @@ class LlamaCppWarmer(_HttpWarmer):
         # warm-up extending an earlier one starts where that one ended, not with tiny chunks
         # over a prefix the slot already holds.
         self._branch_ids: dict[str, list[int]] = {}
+        # Per program: the share of its next warm-up the live context holds (`live_prefix`),
+        # and the length of its last warm-up prompt.
+        self._live_prefix: dict[str, float] = {}
+        self._warmed_prompt_tokens: dict[str, int] = {}
+        self.slot_copies = True  # off after the server refuses one (no --slot-save-path)
         self.origin = origin_of(self.server_url)
         if not SLOT_PAIRS.is_configured(self.origin):
             try:
@@ -170,14 +181,41 @@ class LlamaCppWarmer(_HttpWarmer):
         SLOT_PAIRS.enroll(self.origin, program_id)
 
     def committed(
-        self, program_id: str, *, replaced: bool, live_prefix_tokens: int | None = None
+        self, program_id: str, *, replaced: bool, live_prefix_share: float | None = None
     ) -> None:
         """The committed context goes to whichever slot holds more of it: the branch (the
         warm-up) or the live slot (a commit rewriting only recent messages, or a warm-up that
-        did not get far, leaves most of it there)."""
-        warmed_tokens = len(self._branch_ids.pop(program_id, ()))
-        if replaced and (live_prefix_tokens is None or warmed_tokens > live_prefix_tokens):
+        did not get far, leaves most of it there). Shares, not token counts: the runtime counts
+        with its own tokenizer, this warmer in the server's token ids."""
+        warmed = len(self._branch_ids.pop(program_id, ()))
+        prompt = self._warmed_prompt_tokens.pop(program_id, 0)
+        warmed_share = warmed / prompt if prompt else 0.0
+        if replaced and (live_prefix_share is None or warmed_share > live_prefix_share):
             SLOT_PAIRS.swap(self.origin, program_id)
+
+    def live_prefix(self, program_id: str, share: float) -> None:
+        """The program's next warm-up starts with `share` (in tokens) of its live context (e.g.
+        an Offload lookahead rewriting only recent outputs): the branch slot can start as a copy
+        of the live slot instead of prefilling that part again."""
+        self._live_prefix[program_id] = share
+
+    async def _seed_branch(self, program_id: str) -> bool:
+        """Copy the live slot's KV into the branch slot (llama.cpp slot save + restore): a
+        fraction of a second where prefilling the same prefix takes seconds on a CPU."""
+        pair = SLOT_PAIRS.pair(self.origin, program_id)
+        if pair is None or not self.slot_copies:
+            return False
+        filename = {"filename": f"branch-{pair.branch}.bin"}
+        try:
+            await self._post(f"/slots/{pair.current}?action=save", filename)
+            await self._post(f"/slots/{pair.branch}?action=restore", filename)
+        except httpx.HTTPStatusError as error:
+            self.slot_copies = False
+            log.warning(
+                "llama.cpp slot copies unavailable (start it with --slot-save-path): %r", error
+            )
+            return False
+        return True
 
     def hand_over(self, program_id: str, child_id: str) -> None:
         """A sub-agent spawned from this program's lookahead runs in the slot it was warmed in
@@ -187,6 +225,8 @@ class LlamaCppWarmer(_HttpWarmer):
 
     def detach(self, program_id: str) -> None:
         self._branch_ids.pop(program_id, None)
+        self._live_prefix.pop(program_id, None)
+        self._warmed_prompt_tokens.pop(program_id, None)
         SLOT_PAIRS.release(self.origin, program_id)
 
     async def render(
@@ -234,6 +274,14 @@ class LlamaCppWarmer(_HttpWarmer):
         tags = current_tags()
         program_id = tags.program_id if tags is not None else ""
         end = common_prefix_length(ids, self._branch_ids.get(program_id, ()))
+        self._warmed_prompt_tokens[program_id] = len(ids)
+        live_prefix = int(self._live_prefix.pop(program_id, 0.0) * len(ids))
+        if live_prefix > end + self.chunks.min_tokens:
+            await self.gate.wait()
+            if await self._seed_branch(program_id):
+                # Client-side counts approximate the server's tokens: resume a little early
+                # (the slot's cache covers the rest of the shared prefix anyway).
+                end = min(max(end, int(live_prefix * SEEDED_PREFIX_TRUST)), len(ids) - 1)
         prefilled_total = 0
         while end < len(ids):
             await self.gate.wait()

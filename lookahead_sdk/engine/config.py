@@ -23,6 +23,8 @@ class EngineConfig:
     quantization: str = DEFAULT_QUANTIZATION
     # Host-memory prompt cache (MiB) for prompts evicted from a slot; 0 disables it.
     cache_ram_mib: int = 1024
+    # Slot save/restore (`--slot-save-path`): lets a warm-up start from a copy of the live slot.
+    slot_copies: bool = True
     extra_args: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
@@ -40,6 +42,8 @@ class EngineConfig:
             _require_int_in("threads", self.threads, 1, 1024)
         validate_quantization(self.quantization)
         _require_int_in("cache_ram_mib", self.cache_ram_mib, -1, 1 << 20)
+        if not isinstance(self.slot_copies, bool):
+            raise TypeError(f"slot_copies must be a bool, got {type(self.slot_copies).__name__}")
         if isinstance(self.extra_args, str) or not all(
             isinstance(arg, str) for arg in self.extra_args
         ):

@@ -6,6 +6,7 @@ Layout under the root (``~/.cache/lookahead-sdk`` or ``$LOOKAHEAD_SDK_CACHE``)::
     llama.cpp/<version>/models/     requantized model files
     llama.cpp/<version>/logs/       build logs
     run/engine-<port>.json          state of an engine started by us
+    run/slots-<port>/               that engine's slot copies (KV of a slot, to seed another)
     logs/engine-<port>.log          that engine's log
 """
 
@@ -48,3 +49,7 @@ def state_file(port: int) -> Path:
 
 def engine_log_file(port: int) -> Path:
     return cache_root() / "logs" / f"engine-{port}.log"
+
+
+def slot_save_dir(port: int) -> Path:
+    return cache_root() / "run" / f"slots-{port}"

@@ -106,6 +106,7 @@ def server_command(config: EngineConfig, binaries: EngineBinaries, model: Path) 
         "--slots",
         "--cache-prompt",
         "--no-webui",
+        *(["--slot-save-path", f"{paths.slot_save_dir(config.port)}/"] if config.slot_copies else []),
         *config.extra_args,
     ]  # fmt: skip
 
@@ -232,6 +233,8 @@ def _start_unlocked(config: EngineConfig, *, timeout_s: float, show_progress: bo
     model = model_path(config.quantization, show_progress=show_progress)
     log_path = paths.engine_log_file(config.port)
     log_path.parent.mkdir(parents=True, exist_ok=True)
+    if config.slot_copies:
+        paths.slot_save_dir(config.port).mkdir(parents=True, exist_ok=True)
     with open(log_path, "wb") as log:
         process = subprocess.Popen(
             server_command(config, binaries, model),

@@ -132,3 +132,35 @@ async def test_llamacpp_wire_adds_the_slot(stub_server: RecordingProxy) -> None:
     foreground, warmup = (r.body for r in stub_server.requests)
     assert isinstance(foreground["id_slot"], int) and isinstance(warmup["id_slot"], int)
     assert foreground["id_slot"] != warmup["id_slot"]
+
+
+@pytest.mark.parametrize(("live_share", "swapped"), [(0.5, True), (0.95, False)])
+def test_a_commit_runs_in_the_slot_holding_more_of_its_context(
+    stub_server: RecordingProxy, live_share: float, swapped: bool
+) -> None:
+    from lookahead_sdk import LlamaCppWarmer
+    from lookahead_sdk.llamacpp_slots import SLOT_PAIRS
+
+    warmer = LlamaCppWarmer(stub_server.url)
+    SLOT_PAIRS.configure(warmer.origin, 4)
+    warmer.attach("p")
+    try:
+        before = SLOT_PAIRS.pair(warmer.origin, "p")
+        warmer._branch_ids["p"], warmer._warmed_prompt_tokens["p"] = [7] * 90, 100
+        warmer.committed("p", replaced=True, live_prefix_share=live_share)
+        after = SLOT_PAIRS.pair(warmer.origin, "p")
+        assert before is not None and after is not None
+        assert (after.current == before.branch) is swapped
+    finally:
+        warmer.detach("p")
+
+
+def test_shared_prefix_share_is_the_cached_part_in_tokens(approx_counter) -> None:
+    from lookahead_sdk.state import MainState
+
+    live = [{"role": "user", "content": "a " * 300}, {"role": "assistant", "content": "b " * 100}]
+    state = MainState(live, token_counter=approx_counter)
+    assert state.shared_prefix_share(live) == 1.0
+    rewritten = [live[0], {"role": "assistant", "content": "c " * 100}]
+    assert 0.6 < state.shared_prefix_share(rewritten) < 0.9
+    assert state.shared_prefix_share([{"role": "user", "content": "x"}]) == 0.0

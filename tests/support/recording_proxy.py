@@ -91,7 +91,7 @@ class RecordingProxy:
         client = httpx.AsyncClient(timeout=600)
         upstream_request = client.build_request(
             request.method,
-            f"{self.upstream}/{path}",
+            f"{self.upstream}/{path}" + (f"?{request.url.query}" if request.url.query else ""),
             content=raw,
             headers={"content-type": request.headers.get("content-type", "application/json")},
         )

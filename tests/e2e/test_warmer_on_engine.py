@@ -1,0 +1,91 @@
+"""LlamaCppWarmer on the real embedded engine: a warm-up sharing most of its prompt with the live
+context starts from a copy of the live slot (llama.cpp slot save + restore) instead of
+prefilling that prefix again, and the commit then runs where more of its context is cached."""
+
+from __future__ import annotations
+
+import httpx
+import pytest
+
+from lookahead_sdk import LlamaCppWarmer, RequestTags, use_tags
+from lookahead_sdk.agent.llm import ChatClient
+from lookahead_sdk.agent.workload import corpus_root
+from lookahead_sdk.llamacpp_slots import SLOT_PAIRS
+from lookahead_sdk.slack import SlackGate
+from lookahead_sdk.state import MainState
+from lookahead_sdk.tokens import auto_token_counter
+from lookahead_sdk.warmup import RequestShape
+
+pytestmark = pytest.mark.engine
+
+
+def live_and_rewritten(program_id: str) -> tuple[list[dict], list[dict]]:
+    source = (corpus_root() / "textwrap.py").read_text()[:2400]
+    live = [
+        {"role": "system", "content": f"You review code. ({program_id})"},
+        {"role": "user", "content": f"Read this:\n{source}"},
+        {"role": "assistant", "content": "Read it."},
+        {"role": "user", "content": "Note the risky parts. " * 20},
+    ]
+    # An Offload-like rewrite: everything but the last message is kept verbatim.
+    return live, [*live[:-1], {"role": "user", "content": "[offloaded tool output] risky parts"}]
+
+
+async def warm_after_live_turn(base_url: str, program_id: str, *, slot_copies: bool) -> float:
+    """Cached share of a warm-up made after the program's live context was served."""
+    live, rewritten = live_and_rewritten(program_id)
+    warmer = LlamaCppWarmer(base_url, gate=SlackGate(base_url))
+    warmer.slot_copies = slot_copies
+    warmer.attach(program_id)
+    llm = ChatClient(base_url, wire="llamacpp")
+    try:
+        with use_tags(RequestTags(program_id)):
+            await llm.chat(live, max_tokens=1)  # the live slot now holds `live`
+        share = MainState(live, token_counter=auto_token_counter(base_url)).shared_prefix_share(
+            rewritten
+        )
+        assert share > 0.8
+        warmer.live_prefix(program_id, share)
+        with use_tags(RequestTags(program_id).lookahead(f"{program_id}:g")):
+            result = await warmer.warm(rewritten, shape=RequestShape())
+        return result.cached_tokens / result.prompt_tokens
+    finally:
+        warmer.detach(program_id)
+        await llm.aclose()
+        await warmer.aclose()
+
+
+async def test_a_warm_up_starts_from_a_copy_of_the_live_slot(embedded_engine) -> None:
+    base_url = embedded_engine.base_url
+    seeded = await warm_after_live_turn(base_url, "seed-copy", slot_copies=True)
+    cold = await warm_after_live_turn(base_url, "seed-none", slot_copies=False)
+    assert seeded >= 0.8, "the branch slot did not start from the live slot's KV"
+    assert cold < 0.5, "without a copy the branch slot should have had to prefill the prefix"
+
+
+async def test_a_server_without_slot_copies_still_warms(embedded_engine) -> None:
+    """An engine started without --slot-save-path refuses the copy: the warm-up goes on cold."""
+    base_url = embedded_engine.base_url
+    warmer = LlamaCppWarmer(base_url, gate=SlackGate(base_url))
+    warmer.attach("seed-refused")
+    try:
+        original = warmer._post
+
+        async def refusing(path: str, body: dict) -> dict:
+            if "/slots/" in path:
+                request = httpx.Request("POST", f"{base_url}{path}")
+                raise httpx.HTTPStatusError(
+                    "slot save disabled", request=request, response=httpx.Response(501)
+                )
+            return await original(path, body)
+
+        warmer._post = refusing  # type: ignore[method-assign]
+        _, rewritten = live_and_rewritten("seed-refused")
+        warmer.live_prefix("seed-refused", 0.9)
+        with use_tags(RequestTags("seed-refused").lookahead("seed-refused:g")):
+            result = await warmer.warm(rewritten, shape=RequestShape())
+        assert result.prompt_tokens > 0 and not warmer.slot_copies
+        assert SLOT_PAIRS.pair(warmer.origin, "seed-refused") is not None
+    finally:
+        warmer.detach("seed-refused")
+        await warmer.aclose()
