@@ -12,6 +12,7 @@ coroutine function run on that thread.
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import inspect
 import threading
 import time
@@ -61,7 +62,7 @@ class AdapterLoop:
         self, runtimes: list[HostedRuntime], resources: tuple[object, ...]
     ) -> None:
         for hosted in runtimes:
-            await hosted.runtime.aclose()
+            await hosted._apply(_close)  # after the operations still queued
         for resource in resources:
             closer = getattr(resource, "aclose", None)
             result = closer() if closer is not None else None
@@ -87,19 +88,49 @@ class AdapterLoop:
 
 
 class HostedRuntime:
+    """Operations on the runtime run one at a time, in the order they were given, on the
+    adapter's loop: `call` / `acall` wait for the result; `submit` does not (a segment boundary
+    whose work should not hold the framework, e.g. before a tool runs), and a failure of a
+    submitted operation is raised by the next `call` / `acall`."""
+
     def __init__(self, loop: AdapterLoop, runtime: LookaheadRuntime) -> None:
         self.loop = loop
         self.runtime = runtime
+        self._order: asyncio.Lock | None = None  # created on the adapter's loop
+        self._failures: list[BaseException] = []
 
     def call(self, operation: Operation[T]) -> T:
-        return self.loop.run(_apply(operation, self.runtime))
+        self._raise_failure()
+        return self.loop.run(self._apply(operation))
 
     async def acall(self, operation: Operation[T]) -> T:
-        return await self.loop.arun(_apply(operation, self.runtime))
+        self._raise_failure()
+        return await self.loop.arun(self._apply(operation))
 
+    def settle(self) -> None:
+        """Wait until every submitted operation ran (before reading the runtime's state)."""
+        self.call(_nothing)
 
-async def _apply(operation: Operation[T], runtime: LookaheadRuntime) -> T:
-    return await operation(runtime)
+    async def asettle(self) -> None:
+        await self.acall(_nothing)
+
+    def submit(self, operation: Operation[Any]) -> None:
+        future = asyncio.run_coroutine_threadsafe(self._apply(operation), self.loop.loop)
+        future.add_done_callback(self._remember_failure)
+
+    async def _apply(self, operation: Operation[T]) -> T:
+        if self._order is None:
+            self._order = asyncio.Lock()
+        async with self._order:  # FIFO: operations keep the order they were given in
+            return await operation(self.runtime)
+
+    def _remember_failure(self, future: concurrent.futures.Future[None]) -> None:
+        if not future.cancelled() and future.exception() is not None:
+            self._failures.append(future.exception())  # type: ignore[arg-type]
+
+    def _raise_failure(self) -> None:
+        if self._failures:
+            raise self._failures.pop(0)
 
 
 @dataclass
@@ -128,3 +159,11 @@ class HookClock:
                 if not self.turns_ms:
                     self.turns_ms.append(0.0)
                 self.turns_ms[-1] += elapsed_ms
+
+
+async def _nothing(runtime: LookaheadRuntime) -> None:
+    return None
+
+
+async def _close(runtime: LookaheadRuntime) -> None:
+    await runtime.aclose()

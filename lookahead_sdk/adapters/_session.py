@@ -192,12 +192,14 @@ class MirroredRuntime(Generic[M]):
             self._step(items, commit=commit, boundary=boundary, shape=shape)
         )
 
-    def extend(self, items: Sequence[M]) -> None:
-        """The framework is about to store `items` after what it holds (a tool output): boundary."""
-        self.hosted.call(self._extend(items))
+    def submit_step(self, items: Sequence[M]) -> None:
+        """`step` without waiting for it (a segment boundary: the framework goes on at once)."""
+        self.hosted.submit(self._step(items, commit=False, boundary=True, shape=None))
 
-    async def aextend(self, items: Sequence[M]) -> None:
-        await self.hosted.acall(self._extend(items))
+    def submit_extend(self, items: Sequence[M]) -> None:
+        """The framework is about to store `items` after what it holds (a tool output): a
+        boundary, not waited for."""
+        self.hosted.submit(self._extend(items))
 
     def main_items(self) -> list[M]:
         async def run(_: LookaheadRuntime) -> list[M]:

@@ -231,18 +231,18 @@ class LookaheadChatCompletionContext(ChatCompletionContext):
 
     # -- the hooks -----------------------------------------------------------------------------
     async def add_message(self, message: LLMMessage) -> None:
-        """A segment completed (user input, model turn, tool results): boundary."""
+        """A segment completed (user input, model turn, tool results): boundary, not waited for
+        (the tools run meanwhile; `get_messages` waits for it before committing)."""
         with self.clock.measure():
-            stored = self._store(message)
             messages = self._dicts(message)
             self._messages.append(message)
-            self._stored.append(stored)
+            self._stored.append(_Stored(message, tuple(message_digest(d) for d in messages)))
 
             async def append(runtime: LookaheadRuntime) -> None:
                 runtime.append(*messages)
                 await runtime.boundary()
 
-            await self.hosted.acall(append)
+            self.hosted.submit(append)
 
     async def get_messages(self) -> list[LLMMessage]:
         """Right before a model call: commit at the hard limit; the committed history."""

@@ -6,7 +6,8 @@
 
 Hooks (callbacks can only observe; middleware can rewrite the model's input):
 - `after_model` / `wrap_tool_call`: a turn or a tool output completed: segment boundary (the
-  runtime may start the transform in the background);
+  runtime may start the transform in the background), not waited for: the runtime's operations
+  run in order on its own thread, and the model-call hook waits for those before it;
 - `before_model`: catches up with any other change to the agent state;
 - `wrap_model_call`: commits at the hard limit and sends the committed context
   (`request.override(messages=...)`); the commit is written back into the agent state
@@ -148,6 +149,17 @@ class _Thread:
         self.synced = _signature(items)
         return step
 
+    def submit_step(self, messages: Sequence[AnyMessage]) -> None:
+        """A boundary the framework does not wait for (the next blocking call waits for it)."""
+        items = self.items(messages)
+        self.session.submit_step(items)
+        self.synced = _signature(items)
+
+    def submit_tool_output(self, result: ToolMessage) -> None:
+        result.id = result.id or str(uuid.uuid4())  # the id the state will keep
+        self.session.submit_extend([result])
+        self.synced = (self.synced[0] + 1, result.id)
+
     def unchanged(self, messages: Sequence[AnyMessage]) -> bool:
         """Cheap check before a full sync: nothing was added since the last one."""
         return self.system is None or _signature(self.items(messages)) == self.synced
@@ -247,15 +259,13 @@ class LookaheadMiddleware(AgentMiddleware):
         return None
 
     def after_model(self, state: AgentState, runtime: Runtime) -> dict[str, Any] | None:
-        """The model's turn completed: boundary."""
+        """The model's turn completed: boundary (not waited for: the tools run meanwhile)."""
         with self.clock.measure():
-            self._thread().step(state["messages"])
+            self._thread().submit_step(state["messages"])
         return None
 
     async def aafter_model(self, state: AgentState, runtime: Runtime) -> dict[str, Any] | None:
-        with self.clock.measure():
-            await self._thread().astep(state["messages"])
-        return None
+        return self.after_model(state, runtime)
 
     def wrap_tool_call(
         self, request: Any, handler: Callable[[Any], ToolMessage | Command]
@@ -263,10 +273,7 @@ class LookaheadMiddleware(AgentMiddleware):
         result = handler(request)
         if isinstance(result, ToolMessage):
             with self.clock.measure():
-                result.id = result.id or str(uuid.uuid4())  # the id the state will keep
-                thread = self._thread()
-                thread.session.extend([result])
-                thread.synced = (thread.synced[0] + 1, result.id)
+                self._thread().submit_tool_output(result)
         return result
 
     async def awrap_tool_call(
@@ -275,10 +282,7 @@ class LookaheadMiddleware(AgentMiddleware):
         result = await handler(request)
         if isinstance(result, ToolMessage):
             with self.clock.measure():
-                result.id = result.id or str(uuid.uuid4())
-                thread = self._thread()
-                await thread.session.aextend([result])
-                thread.synced = (thread.synced[0] + 1, result.id)
+                self._thread().submit_tool_output(result)
         return result
 
     # -- the commit, in the model call -------------------------------------------------------

@@ -153,6 +153,7 @@ def test_state_round_trips_with_the_pending_lookahead_result() -> None:
                 )
             )
             i += 1
+            await first.hosted.asettle()  # add_message does not wait for its boundary
         assert first.runtime.main.tokens < 900  # below the hard limit: nothing committed yet
         await ready_lookahead(first)
         state = await first.save_state()

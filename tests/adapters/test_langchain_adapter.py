@@ -126,7 +126,9 @@ def test_tool_outputs_and_model_turns_are_segment_boundaries() -> None:
     agent = create_agent(model, [read_tool()], system_prompt="analyze", middleware=[lookahead])
     try:
         agent.invoke({"messages": [HumanMessage("go")]})
-        boundaries = lookahead.runtime_for().runtime.stats.boundaries
+        session = lookahead.runtime_for()
+        session.hosted.settle()  # boundaries are not waited for by the hooks
+        boundaries = session.runtime.stats.boundaries
     finally:
         lookahead.close()
     # first call: system + task; then per tool call: the model turn and the tool output
