@@ -48,13 +48,7 @@ class SlotPairs:
             key = (origin, program_id)
             if key in self._pairs or origin not in self._total:
                 return self._pairs.get(key)
-            used = {
-                slot
-                for (o, _), pair in self._pairs.items()
-                if o == origin
-                for slot in (pair.current, pair.branch)
-            }
-            free = [slot for slot in range(self._total[origin]) if slot not in used]
+            free = self._free_slots(origin)
             if len(free) < 2:
                 return None
             pair = SlotPair(current=free[0], branch=free[1])
@@ -81,18 +75,22 @@ class SlotPairs:
             pair = self._pairs.get((origin, program_id))
             if pair is None or (origin, child_id) in self._pairs:
                 return False
-            used = {
-                slot
-                for (o, _), other in self._pairs.items()
-                if o == origin
-                for slot in (other.current, other.branch)
-            }
-            free = [slot for slot in range(self._total[origin]) if slot not in used]
+            free = self._free_slots(origin)
             if not free:
                 return False
             self._pairs[(origin, child_id)] = SlotPair(current=pair.branch, branch=pair.branch)
             pair.branch = free[0]
             return True
+
+    def _free_slots(self, origin: str) -> list[int]:
+        """Slots of `origin` no program holds (call with the lock held)."""
+        used = {
+            slot
+            for (o, _), pair in self._pairs.items()
+            if o == origin
+            for slot in (pair.current, pair.branch)
+        }
+        return [slot for slot in range(self._total[origin]) if slot not in used]
 
     def swap(self, origin: str, program_id: str) -> None:
         with self._lock:

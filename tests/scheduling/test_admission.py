@@ -360,15 +360,19 @@ def test_property_be_never_pushes_the_batch_over_the_tbt_bound(s) -> None:
     assert plan.features.forward_tokens <= max(len(s["decodes"]), s["max_tokens"])
 
 
+def scenario_policy(s: dict, *, disagg: bool) -> SlackAwarePolicy | HybridPolicy:
+    """The policy a property scenario runs: disaggregated (prefill instance) or co-located."""
+    if disagg:
+        return SlackAwarePolicy(MODEL, DisaggConfig(max_batch_tokens=s["max_tokens"]))
+    return HybridPolicy(
+        MODEL, HybridConfig(tbt_bound_ms=s["bound"], max_batch_tokens=s["max_tokens"])
+    )
+
+
 @settings(max_examples=300, deadline=None)
 @given(s=scenario, disagg=st.booleans())
 def test_property_lc_is_never_deferred_for_be(s, disagg) -> None:
-    if disagg:
-        policy = SlackAwarePolicy(MODEL, DisaggConfig(max_batch_tokens=s["max_tokens"]))
-    else:
-        policy = HybridPolicy(
-            MODEL, HybridConfig(tbt_bound_ms=s["bound"], max_batch_tokens=s["max_tokens"])
-        )
+    policy = scenario_policy(s, disagg=disagg)
     _, with_be = offer_in_random_order(policy, s)
     probe = policy.begin_round(s["now"], s["decodes"], s["waiting"])
     lc_only = [d for d in s["waiting"] if probe.scheduled_class(d) == "lc"]
@@ -432,10 +436,7 @@ def test_property_whole_batch_plan_equals_incremental_offers_in_queue_order(s) -
 @settings(max_examples=300, deadline=None)
 @given(s=scenario, disagg=st.booleans())
 def test_property_no_infeasible_lookahead_is_queued_ahead_of_a_feasible_one(s, disagg) -> None:
-    if disagg:
-        policy = SlackAwarePolicy(MODEL, DisaggConfig(max_batch_tokens=s["max_tokens"]))
-    else:
-        policy = HybridPolicy(MODEL, HybridConfig(tbt_bound_ms=s["bound"]))
+    policy = scenario_policy(s, disagg=disagg)
     admission = policy.begin_round(s["now"], s["decodes"], s["waiting"])
     best_effort = [
         d for d in admission.ordered(s["waiting"]) if admission.scheduled_class(d) == "be"
