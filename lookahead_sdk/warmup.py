@@ -137,6 +137,24 @@ log = logging.getLogger(__name__)
 SEEDED_PREFIX_TRUST = 0.9
 
 
+@dataclass
+class BranchSlot:
+    """What a `LlamaCppWarmer` knows of one program's branch slot."""
+
+    # The token ids its chunks left there: a warm-up extending an earlier one starts where that
+    # one ended, not with tiny chunks over a prefix the slot already holds.
+    ids: list[int] = field(default_factory=list)
+    prompt_tokens: int = 0  # the length of the last warm-up prompt
+    live_prefix_share: float = 0.0  # the share of the next warm-up the live context holds
+
+    @property
+    def warmed_share(self) -> float:
+        return len(self.ids) / self.prompt_tokens if self.prompt_tokens else 0.0
+
+    def forget_warm_up(self) -> None:
+        self.ids, self.prompt_tokens = [], 0
+
+
 class LlamaCppWarmer(_HttpWarmer):
     """llama.cpp has no request priorities, so with a `SlackGate` the warm-up goes out in chunks,
     each only when no foreground request is in flight (slack admission done on the client); each
@@ -160,14 +178,7 @@ class LlamaCppWarmer(_HttpWarmer):
         super().__init__(base_url, **kwargs)
         self.gate = gate
         self.chunks = ChunkSizer(target_s=chunk_target_s, max_tokens=max_chunk_tokens)
-        # Per program: the token ids its branch slot holds from this warmer's chunks, so a
-        # warm-up extending an earlier one starts where that one ended, not with tiny chunks
-        # over a prefix the slot already holds.
-        self._branch_ids: dict[str, list[int]] = {}
-        # Per program: the share of its next warm-up the live context holds (`live_prefix`),
-        # and the length of its last warm-up prompt.
-        self._live_prefix: dict[str, float] = {}
-        self._warmed_prompt_tokens: dict[str, int] = {}
+        self._branches: dict[str, BranchSlot] = {}  # per program
         self.slot_copies = True  # off after the server refuses one (no --slot-save-path)
         self.origin = origin_of(self.server_url)
         if not SLOT_PAIRS.is_configured(self.origin):
@@ -187,9 +198,9 @@ class LlamaCppWarmer(_HttpWarmer):
         warm-up) or the live slot (a commit rewriting only recent messages, or a warm-up that
         did not get far, leaves most of it there). Shares, not token counts: the runtime counts
         with its own tokenizer, this warmer in the server's token ids."""
-        warmed = len(self._branch_ids.pop(program_id, ()))
-        prompt = self._warmed_prompt_tokens.pop(program_id, 0)
-        warmed_share = warmed / prompt if prompt else 0.0
+        branch = self._branch(program_id)
+        warmed_share = branch.warmed_share
+        branch.forget_warm_up()
         if replaced and (live_prefix_share is None or warmed_share > live_prefix_share):
             SLOT_PAIRS.swap(self.origin, program_id)
 
@@ -197,7 +208,10 @@ class LlamaCppWarmer(_HttpWarmer):
         """The program's next warm-up starts with `share` (in tokens) of its live context (e.g.
         an Offload lookahead rewriting only recent outputs): the branch slot can start as a copy
         of the live slot instead of prefilling that part again."""
-        self._live_prefix[program_id] = share
+        self._branch(program_id).live_prefix_share = share
+
+    def _branch(self, program_id: str) -> BranchSlot:
+        return self._branches.setdefault(program_id, BranchSlot())
 
     async def _seed_branch(self, program_id: str) -> bool:
         """Copy the live slot's KV into the branch slot (llama.cpp slot save + restore): a
@@ -221,12 +235,10 @@ class LlamaCppWarmer(_HttpWarmer):
         """A sub-agent spawned from this program's lookahead runs in the slot it was warmed in
         (until `detach(child_id)`)."""
         if SLOT_PAIRS.hand_over(self.origin, program_id, child_id):
-            self._branch_ids.pop(program_id, None)
+            self._branch(program_id).ids = []
 
     def detach(self, program_id: str) -> None:
-        self._branch_ids.pop(program_id, None)
-        self._live_prefix.pop(program_id, None)
-        self._warmed_prompt_tokens.pop(program_id, None)
+        self._branches.pop(program_id, None)
         SLOT_PAIRS.release(self.origin, program_id)
 
     async def render(
@@ -273,9 +285,11 @@ class LlamaCppWarmer(_HttpWarmer):
             return WarmupResult(0, 0, time.perf_counter() - started)
         tags = current_tags()
         program_id = tags.program_id if tags is not None else ""
-        end = common_prefix_length(ids, self._branch_ids.get(program_id, ()))
-        self._warmed_prompt_tokens[program_id] = len(ids)
-        live_prefix = int(self._live_prefix.pop(program_id, 0.0) * len(ids))
+        branch = self._branch(program_id)
+        end = common_prefix_length(ids, branch.ids)
+        branch.prompt_tokens = len(ids)
+        live_prefix = int(branch.live_prefix_share * len(ids))
+        branch.live_prefix_share = 0.0
         if live_prefix > end + self.chunks.min_tokens:
             await self.gate.wait()
             if await self._seed_branch(program_id):
@@ -288,7 +302,7 @@ class LlamaCppWarmer(_HttpWarmer):
             end = min(len(ids), end + self.chunks.next_tokens())
             prefilled, _ = await self._prefill(ids[:end])
             prefilled_total += prefilled
-            self._branch_ids[program_id] = ids[:end]
+            branch.ids = ids[:end]
         return WarmupResult(len(ids), len(ids) - prefilled_total, time.perf_counter() - started)
 
 

@@ -87,18 +87,16 @@ class Offload(LimitTriggered):
         return TransformResult(result, {"offloaded": offloaded})
 
     def should_lookahead(self, main: MainState, lookahead: LookaheadState) -> bool:
-        if not self._offloadable(main, keep_newest=False):
-            return False
-        if super().should_lookahead(main, lookahead):
-            return True
         # Offloading costs file writes only: a ready result is redone at each boundary that
         # brings a new tool output, so at the commit only the newest output is left in full,
         # as the synchronous transform leaves it, and the warmed prefix is that whole context.
-        return (
+        starts = super().should_lookahead(main, lookahead) or (
             lookahead.status is LookaheadStatus.READY
             and main.tokens >= self.soft_tokens(main)
             and any(m.get("role") == "tool" for m in main.messages[lookahead.last_segment_end :])
         )
+        # The scan over the history last: a boundary below the trigger stays O(1).
+        return starts and self._offloadable(main, keep_newest=False)
 
     def should_commit(self, main: MainState, lookahead: LookaheadState) -> bool:
         """At the hard limit, if there is anything to offload: with every large output already

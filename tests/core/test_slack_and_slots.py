@@ -140,13 +140,14 @@ def test_a_commit_runs_in_the_slot_holding_more_of_its_context(
 ) -> None:
     from lookahead_sdk import LlamaCppWarmer
     from lookahead_sdk.llamacpp_slots import SLOT_PAIRS
+    from lookahead_sdk.warmup import BranchSlot
 
     warmer = LlamaCppWarmer(stub_server.url)
     SLOT_PAIRS.configure(warmer.origin, 4)
     warmer.attach("p")
     try:
         before = SLOT_PAIRS.pair(warmer.origin, "p")
-        warmer._branch_ids["p"], warmer._warmed_prompt_tokens["p"] = [7] * 90, 100
+        warmer._branches["p"] = BranchSlot(ids=[7] * 90, prompt_tokens=100)
         warmer.committed("p", replaced=True, live_prefix_share=live_share)
         after = SLOT_PAIRS.pair(warmer.origin, "p")
         assert before is not None and after is not None
