@@ -17,7 +17,7 @@ from lookahead_sdk.runtime import CommitKind, LookaheadRuntime, RuntimeMode, Run
 from lookahead_sdk.tags import current_tags, use_tags
 from lookahead_sdk.tokens import TokenCounter
 from lookahead_sdk.tools import ToolRegistry
-from lookahead_sdk.warmup import RequestShape, Warmer
+from lookahead_sdk.warmup import RequestShape, Warmer, notify_warmer
 
 
 @dataclass(frozen=True)
@@ -169,18 +169,16 @@ class ReferenceAgent:
         outcome = await runtime.commit()
         parent = current_tags()
         child = replace(parent, program_id=f"{parent.program_id}/sub{step}") if parent else None
-        hand_over = getattr(runtime.warmer, "hand_over", None)
-        if parent and child and hand_over:
-            hand_over(parent.program_id, child.program_id)  # its context was warmed there
+        if parent and child:  # the sub-agent runs in the slot its context was warmed in
+            notify_warmer(runtime.warmer, "hand_over", parent.program_id, child.program_id)
         try:
             with use_tags(child):  # the sub-agent is its own program, with its own context
                 answer = await self._run_subagent(
                     outcome.messages, delegation, step, started, outcome.kind, record
                 )
         finally:
-            detach = getattr(runtime.warmer, "detach", None)
-            if child and detach:
-                detach(child.program_id)
+            if child:
+                notify_warmer(runtime.warmer, "detach", child.program_id)
         runtime.append(tool_message(call, answer))
         await runtime.boundary()
 
