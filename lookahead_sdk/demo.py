@@ -11,9 +11,10 @@ from pathlib import Path
 from lookahead_sdk.agent.driver import STRATEGIES
 from lookahead_sdk.bench.common import write_json
 from lookahead_sdk.bench.ttft import (
-    DEFAULT_STEPS,
     DEFAULT_TOOL_LATENCY_S,
     TtftBenchConfig,
+    add_gate_argument,
+    add_steps_arguments,
     plot,
     print_table,
     run_with_progress,
@@ -26,8 +27,10 @@ def main(args: argparse.Namespace) -> int:
         tool_latency_s=args.tool_latency,
         agents=args.agents,
         steps=args.steps,
+        isolate_steps=args.isolate_steps,
         strategies=tuple(args.strategies.split(",")),
         port=args.port,
+        gate=args.gate,
     )
     print(
         f"lookahead-sdk demo: {len(config.strategies)} strategies x (sync, lookahead) on the embedded engine"
@@ -48,7 +51,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "--out", default="lookahead-demo", help="directory for demo.json and demo.png"
     )
     parser.add_argument("--agents", type=int, default=1)
-    parser.add_argument("--steps", type=int, default=DEFAULT_STEPS)
+    add_steps_arguments(parser)
     parser.add_argument("--strategies", default=",".join(STRATEGIES))
     parser.add_argument("--port", type=int, default=8089, help="embedded engine port")
     parser.add_argument(
@@ -57,4 +60,5 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         default=DEFAULT_TOOL_LATENCY_S,
         help="mean seconds a tool call takes",
     )
+    add_gate_argument(parser)
     parser.set_defaults(func=main)

@@ -1,10 +1,11 @@
 """Client-side slack admission for engines without server-side priorities (llama.cpp).
 
-The tagging transport counts latency-critical generation requests in flight per server origin.
-A `SlackGate` lets best-effort work (warm-up chunks, lookahead summaries) start only when that
-count is zero, so foreground requests never share the engine with lookahead work they did not
-ask for; work already sent finishes its chunk. Promoted (latency-critical) work bypasses the gate.
-Only requests made through lookahead-sdk's transports are seen.
+The tagging transport counts latency-critical generation requests per server origin, in flight
+and still waiting for their first token. A `SlackGate` lets best-effort work (warm-up chunks,
+lookahead summaries) start only when none waits for its first token ("decode", the default) or
+none is in flight at all ("idle"), so no foreground prefill queues behind lookahead work it did
+not ask for; work already sent finishes its chunk. Promoted (latency-critical) work bypasses the
+gate. Only requests made through lookahead-sdk's transports are seen.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ import asyncio
 import threading
 import time
 from collections import Counter
+from typing import Literal
 from urllib.parse import urlsplit
 
 from lookahead_sdk.tags import current_tags
@@ -29,13 +31,40 @@ def is_generation_path(path: str) -> bool:
     return path.rstrip("/").endswith(GENERATION_PATH_SUFFIXES)
 
 
+class ForegroundRequest:
+    """One latency-critical request in flight: waiting for its first token (prefill), then
+    decoding, then ended. Each transition happens once, whatever order the callbacks come in."""
+
+    def __init__(self, registry: ForegroundRegistry, origin: str) -> None:
+        self._registry, self.origin = registry, origin
+        self.decoding = self.ended = False
+
+    def first_token(self) -> None:
+        with self._registry._lock:
+            if self.decoding or self.ended:
+                return
+            self.decoding = True
+            self._registry._decrement(self._registry._prefilling, self.origin)
+
+    def end(self) -> None:
+        with self._registry._lock:
+            if self.ended:
+                return
+            self.ended = True
+            if not self.decoding:
+                self._registry._decrement(self._registry._prefilling, self.origin)
+            self._registry._decrement(self._registry._inflight, self.origin)
+
+
 class ForegroundRegistry:
-    """Thread-safe count of latency-critical requests in flight per origin, and the lookahead
-    groups promoted to latency-critical (their waiting work passes the gate at once)."""
+    """Thread-safe counts of latency-critical requests per origin, in flight and still waiting
+    for their first token, and the lookahead groups promoted to latency-critical (their waiting
+    work passes the gate at once)."""
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._inflight: Counter[str] = Counter()
+        self._prefilling: Counter[str] = Counter()
         self._promoted: set[str] = set()
 
     def promote(self, group_id: str) -> None:
@@ -50,19 +79,27 @@ class ForegroundRegistry:
         with self._lock:
             return group_id in self._promoted
 
-    def begin(self, origin: str) -> None:
+    def begin(self, origin: str) -> ForegroundRequest:
         with self._lock:
             self._inflight[origin] += 1
-
-    def end(self, origin: str) -> None:
-        with self._lock:
-            self._inflight[origin] -= 1
-            if self._inflight[origin] <= 0:
-                del self._inflight[origin]
+            self._prefilling[origin] += 1
+        return ForegroundRequest(self, origin)
 
     def count(self, origin: str) -> int:
+        """Latency-critical requests in flight."""
         with self._lock:
             return self._inflight.get(origin, 0)
+
+    def prefilling(self, origin: str) -> int:
+        """Latency-critical requests in flight that have not received a first token."""
+        with self._lock:
+            return self._prefilling.get(origin, 0)
+
+    @staticmethod
+    def _decrement(counter: Counter[str], origin: str) -> None:
+        counter[origin] -= 1
+        if counter[origin] <= 0:
+            del counter[origin]
 
 
 FOREGROUND = ForegroundRegistry()
@@ -74,22 +111,47 @@ def counts_as_foreground() -> bool:
     return tags is None or tags.priority_class == "lc"
 
 
+GateAdmission = Literal["idle", "decode"]
+GATE_ADMISSIONS: tuple[GateAdmission, ...] = ("idle", "decode")
+# Measured on the embedded engine (docs/benchmarks.md): "decode" cuts transform-turn TTFT where
+# "idle" finds no slack (4 agents, a sub-agent's context) and leaves normal turns as they were.
+DEFAULT_GATE_ADMISSION: GateAdmission = "decode"
+
+
 class SlackGate:
+    """`admit="idle"`: best-effort work starts only when no latency-critical request is in
+    flight. `admit="decode"`: also while those in flight are all decoding (none waits for its
+    first token). Time to first token stays protected either way; in "decode" a chunk shares the
+    engine with the decoding requests, whose inter-token gap grows by up to the chunk's time (the
+    paper's hybrid batching, with `ChunkSizer.target_s` as the inter-token bound). That is the
+    only slack a busy engine serving several agents has, and where a sub-agent's context can be
+    prefilled while its instruction streams."""
+
     def __init__(
-        self, base_url: str, *, poll_s: float = 0.02, registry: ForegroundRegistry = FOREGROUND
+        self,
+        base_url: str,
+        *,
+        admit: GateAdmission = DEFAULT_GATE_ADMISSION,
+        poll_s: float = 0.02,
+        registry: ForegroundRegistry = FOREGROUND,
     ) -> None:
         if poll_s <= 0:
             raise ValueError(f"poll_s must be positive seconds, got {poll_s}")
+        if admit not in GATE_ADMISSIONS:
+            raise ValueError(f"admit must be one of {GATE_ADMISSIONS}, got {admit!r}")
         self.origin = origin_of(base_url)
+        self.admit = admit
         self.poll_s = poll_s
         self.registry = registry
         self.waited_s = 0.0
 
     def has_slack(self) -> bool:
+        if self.admit == "decode":
+            return self.registry.prefilling(self.origin) == 0
         return self.registry.count(self.origin) == 0
 
     async def wait(self) -> float:
-        """Return once no foreground request is in flight; at once for latency-critical callers,
+        """Return once the engine has slack (see `admit`); at once for latency-critical callers,
         and as soon as the caller's lookahead group is promoted."""
         if counts_as_foreground():
             return 0.0

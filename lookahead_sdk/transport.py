@@ -11,13 +11,19 @@ Fields the request already carries win over the tags (an explicit per-call `extr
 from __future__ import annotations
 
 import json
-from collections.abc import AsyncIterator, Callable, Iterator
+from collections.abc import AsyncIterator, Iterator
 from typing import Any, Literal
 
 import httpx
 
 from lookahead_sdk.llamacpp_slots import SLOT_PAIRS
-from lookahead_sdk.slack import FOREGROUND, counts_as_foreground, is_generation_path, origin_of
+from lookahead_sdk.slack import (
+    FOREGROUND,
+    ForegroundRequest,
+    counts_as_foreground,
+    is_generation_path,
+    origin_of,
+)
 from lookahead_sdk.tags import PROGRAM_HEADER, RequestTags, current_tags
 
 WireFormat = Literal["openai", "sglang", "vllm", "llamacpp"]
@@ -75,44 +81,38 @@ def _check_wire(wire: str) -> WireFormat:
 
 
 class _CountedSyncStream(httpx.SyncByteStream):
-    def __init__(self, inner: httpx.SyncByteStream, on_close: Callable[[], None]) -> None:
-        self.inner, self.on_close = inner, on_close
+    """The response body of a foreground request: its first chunk marks the first token (a
+    streamed reply starts after the prefill), closing it ends the request."""
+
+    def __init__(self, inner: httpx.SyncByteStream, request: ForegroundRequest) -> None:
+        self.inner, self.request = inner, request
 
     def __iter__(self) -> Iterator[bytes]:
-        yield from self.inner
+        for chunk in self.inner:
+            self.request.first_token()
+            yield chunk
 
     def close(self) -> None:
         try:
             self.inner.close()
         finally:
-            self.on_close()
+            self.request.end()
 
 
 class _CountedAsyncStream(httpx.AsyncByteStream):
-    def __init__(self, inner: httpx.AsyncByteStream, on_close: Callable[[], None]) -> None:
-        self.inner, self.on_close = inner, on_close
+    def __init__(self, inner: httpx.AsyncByteStream, request: ForegroundRequest) -> None:
+        self.inner, self.request = inner, request
 
     async def __aiter__(self) -> AsyncIterator[bytes]:
         async for chunk in self.inner:
+            self.request.first_token()
             yield chunk
 
     async def aclose(self) -> None:
         try:
             await self.inner.aclose()
         finally:
-            self.on_close()
-
-
-def _once(function: Callable[[], None]) -> Callable[[], None]:
-    done = False
-
-    def call() -> None:
-        nonlocal done
-        if not done:
-            done = True
-            function()
-
-    return call
+            self.request.end()
 
 
 def _foreground_origin(request: httpx.Request) -> str | None:
@@ -133,14 +133,13 @@ class TaggingTransport(httpx.BaseTransport):
         origin = _foreground_origin(request)
         if origin is None:
             return self.inner.handle_request(tag_request(request, self.wire))
-        FOREGROUND.begin(origin)
-        end = _once(lambda: FOREGROUND.end(origin))
+        held = FOREGROUND.begin(origin)
         try:
             response = self.inner.handle_request(tag_request(request, self.wire))
         except BaseException:
-            end()
+            held.end()
             raise
-        response.stream = _CountedSyncStream(response.stream, end)  # type: ignore[arg-type]
+        response.stream = _CountedSyncStream(response.stream, held)  # type: ignore[arg-type]
         return response
 
     def close(self) -> None:
@@ -158,14 +157,13 @@ class AsyncTaggingTransport(httpx.AsyncBaseTransport):
         origin = _foreground_origin(request)
         if origin is None:
             return await self.inner.handle_async_request(tag_request(request, self.wire))
-        FOREGROUND.begin(origin)
-        end = _once(lambda: FOREGROUND.end(origin))
+        held = FOREGROUND.begin(origin)
         try:
             response = await self.inner.handle_async_request(tag_request(request, self.wire))
         except BaseException:
-            end()
+            held.end()
             raise
-        response.stream = _CountedAsyncStream(response.stream, end)  # type: ignore[arg-type]
+        response.stream = _CountedAsyncStream(response.stream, held)  # type: ignore[arg-type]
         return response
 
     async def aclose(self) -> None:

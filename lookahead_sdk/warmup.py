@@ -157,7 +157,7 @@ class BranchSlot:
 
 class LlamaCppWarmer(_HttpWarmer):
     """llama.cpp has no request priorities, so with a `SlackGate` the warm-up goes out in chunks,
-    each only when no foreground request is in flight (slack admission done on the client); each
+    each only when the gate finds slack (slack admission done on the client, see `slack`); each
     chunk extends the cached prefix of the previous one in the same slot. Chunks are sized to
     take about `chunk_target_s` at the engine's measured prefill rate (`ChunkSizer`): a chunk in
     flight when a foreground request arrives delays it by up to that much. Programs attached to

@@ -22,7 +22,7 @@ from lookahead_sdk.agent.workload import (
 from lookahead_sdk.messages import Message
 from lookahead_sdk.offload_store import OffloadStore
 from lookahead_sdk.policy import ContextPolicy
-from lookahead_sdk.slack import SlackGate
+from lookahead_sdk.slack import DEFAULT_GATE_ADMISSION, GateAdmission, SlackGate
 from lookahead_sdk.strategies import Isolate, KeepRecent, Offload, Summarize
 from lookahead_sdk.tags import program
 from lookahead_sdk.tokens import TokenCounter, auto_token_counter
@@ -111,12 +111,14 @@ async def run_agents(
     max_tokens: int = 32,
     on_turn: Callable[[TurnRecord], None] | None = None,
     slack_admission: bool | None = None,
+    slack_admit: GateAdmission = DEFAULT_GATE_ADMISSION,
     tool_latency_s: float = 0.0,
     tool_output_tokens: tuple[int, int] | None = None,
     large_output_every: int = DEFAULT_LARGE_OUTPUT_EVERY,
 ) -> RunResult:
     """`agents` concurrent agents (seeds seed..seed+agents-1), each its own program. Reads are
-    `tool_output_tokens` long (default: scaled to `window_tokens`, see `default_read_tokens`)."""
+    `tool_output_tokens` long (default: scaled to `window_tokens`, see `default_read_tokens`).
+    `slack_admit` is the client-side gate's rule (`SlackGate`), used with the llama.cpp warmer."""
     if agents < 1:
         raise ValueError(f"agents must be >= 1, got {agents}")
     read_tokens = tool_output_tokens or default_read_tokens(window_tokens)
@@ -124,7 +126,7 @@ async def run_agents(
     # Client-side slack admission stands in for the server's on engines without priorities.
     if slack_admission is None:
         slack_admission = warmer == "llamacpp"
-    gate = SlackGate(base_url) if slack_admission else None
+    gate = SlackGate(base_url, admit=slack_admit) if slack_admission else None
     llm = ChatClient(
         base_url,
         model=model,

@@ -5,7 +5,8 @@
    so no run inherits another's prefix cache; both modes run the same agent on the same task
    (temperature 0), so they see the same contexts up to the first commit. Tool calls take
    `--tool-latency` seconds (a remote sandbox, as in `bench ttft`): on llama.cpp, lookahead work
-   only runs while no foreground request is in flight, which is while tools run.
+   only runs while no foreground request waits for its first token (`SlackGate`), mostly while
+   tools run.
 2. Each adapter's own per-turn overhead: the time spent in its hooks per model turn, measured
    with the framework's own fake model (no server) and a policy that never fires, so what is
    timed is the adapter (history sync, boundary, commit check, tag merging), not a transform.

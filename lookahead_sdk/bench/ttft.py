@@ -22,6 +22,7 @@ from lookahead_sdk.agent.driver import STRATEGIES, RunResult, run_agents
 from lookahead_sdk.agent.loop import TurnRecord
 from lookahead_sdk.agent.workload import DEFAULT_LARGE_OUTPUT_EVERY, default_read_tokens
 from lookahead_sdk.bench.common import new_figure, percentile, progress, save_figure, write_json
+from lookahead_sdk.slack import DEFAULT_GATE_ADMISSION, GATE_ADMISSIONS, GateAdmission
 
 MODES = ("sync", "lookahead")
 # Mean time a tool call takes to come back (the workload draws 0.5x-1.5x of it per call): a
@@ -36,6 +37,9 @@ class TtftBenchConfig:
     base_url: str | None = None  # None: the embedded engine
     agents: int = 1
     steps: int = DEFAULT_STEPS
+    # Each isolate step is a delegation: a transform turn, and twice a read step's time (the
+    # sub-agent's turns and tool wait). None: half of `steps`, as many samples in half the time.
+    isolate_steps: int | None = None
     strategies: tuple[str, ...] = STRATEGIES
     warmer: str | None = None  # None: llamacpp on the embedded engine, else openai
     window_tokens: int | None = None  # None: read from the server (llama.cpp /props)
@@ -46,6 +50,7 @@ class TtftBenchConfig:
     # Tokens a read adds; None: the paper's growth scaled to the window (agent/workload.py).
     tool_output_tokens: tuple[int, int] | None = None
     large_output_every: int = DEFAULT_LARGE_OUTPUT_EVERY
+    gate: GateAdmission = DEFAULT_GATE_ADMISSION  # client-side slack admission on llama.cpp
 
     def __post_init__(self) -> None:
         unknown = set(self.strategies) - set(STRATEGIES)
@@ -59,6 +64,13 @@ class TtftBenchConfig:
             raise ValueError(
                 f"agents and steps must be >= 1, got agents={self.agents} steps={self.steps}"
             )
+        if self.isolate_steps is not None and self.isolate_steps < 1:
+            raise ValueError(f"isolate_steps must be >= 1, got {self.isolate_steps}")
+
+    def steps_for(self, strategy: str) -> int:
+        if strategy != "isolate":
+            return self.steps
+        return self.isolate_steps or max(1, self.steps // 2)
 
 
 class EmbeddedEngine:
@@ -143,6 +155,7 @@ async def run_ttft_bench(
             "model": facts["model"],
             "agents": config.agents,
             "steps": config.steps,
+            "isolate_steps": config.steps_for("isolate"),
             "window_tokens": window,
             "warmer": warmer,
             "seed": config.seed,
@@ -150,6 +163,7 @@ async def run_ttft_bench(
             "tool_latency_s": config.tool_latency_s,
             "tool_output_tokens": list(config.tool_output_tokens or default_read_tokens(window)),
             "large_output_every": config.large_output_every,
+            "gate": config.gate,
             "machine": f"{platform.machine()}, {__import__('os').cpu_count()} CPUs",
             "strategies": {},
         }
@@ -167,7 +181,7 @@ async def run_ttft_bench(
                     strategy=strategy,
                     mode=mode,
                     agents=config.agents,
-                    steps=config.steps,
+                    steps=config.steps_for(strategy),
                     window_tokens=window,
                     warmer=warmer,
                     seed=config.seed,
@@ -177,6 +191,7 @@ async def run_ttft_bench(
                     tool_latency_s=config.tool_latency_s,
                     tool_output_tokens=config.tool_output_tokens,
                     large_output_every=config.large_output_every,
+                    slack_admit=config.gate,
                 )
                 runs[mode] = result.to_json()
             document["strategies"][strategy] = runs
@@ -361,6 +376,7 @@ def main(args: argparse.Namespace) -> int:
         base_url=None if args.embedded else args.base_url,
         agents=args.agents,
         steps=args.steps,
+        isolate_steps=args.isolate_steps,
         strategies=tuple(args.strategies.split(",")),
         warmer=args.warmer,
         window_tokens=args.window,
@@ -370,6 +386,7 @@ def main(args: argparse.Namespace) -> int:
         tool_latency_s=args.tool_latency,
         tool_output_tokens=args.tool_output_tokens,
         large_output_every=args.large_output_every,
+        gate=args.gate,
     )
     document = asyncio.run(run_with_progress(config))
     write_json(args.json, document)
@@ -391,7 +408,7 @@ def register(bench_subparsers: argparse._SubParsersAction) -> None:
         "--embedded", action="store_true", help="the embedded llama.cpp engine (default)"
     )
     parser.add_argument("--agents", type=int, default=1)
-    parser.add_argument("--steps", type=int, default=DEFAULT_STEPS)
+    add_steps_arguments(parser)
     parser.add_argument("--strategies", default=",".join(STRATEGIES))
     parser.add_argument("--warmer", choices=("openai", "llamacpp", "sglang"))
     parser.add_argument(
@@ -422,6 +439,26 @@ def register(bench_subparsers: argparse._SubParsersAction) -> None:
         metavar="K",
         help="every K-th read is 3x larger (what Offload's threshold selects); 0: none",
     )
+    add_gate_argument(parser)
     parser.add_argument("--json", required=True)
     parser.add_argument("--plot")
     parser.set_defaults(func=main)
+
+
+def add_steps_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--steps", type=int, default=DEFAULT_STEPS)
+    parser.add_argument(
+        "--isolate-steps",
+        type=int,
+        help="delegations per isolate run, each a transform turn (default: half of --steps)",
+    )
+
+
+def add_gate_argument(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--gate",
+        choices=GATE_ADMISSIONS,
+        default=DEFAULT_GATE_ADMISSION,
+        help="when background work may use llama.cpp: idle (no foreground request in flight) or "
+        "decode (none waiting for its first token)",
+    )

@@ -32,9 +32,13 @@ async def test_foreground_requests_are_counted_until_their_stream_closes(
             model="m", messages=[{"role": "user", "content": "hi"}], stream=True
         )
         assert FOREGROUND.count(origin) == 1
-        async for _ in stream:
+        assert FOREGROUND.prefilling(origin) == 1  # no token has arrived yet
+        chunks = stream.__aiter__()
+        await chunks.__anext__()
+        assert (FOREGROUND.count(origin), FOREGROUND.prefilling(origin)) == (1, 0)  # decoding
+        async for _ in chunks:
             pass
-    assert FOREGROUND.count(origin) == 0
+    assert (FOREGROUND.count(origin), FOREGROUND.prefilling(origin)) == (0, 0)
     with use_tags(RequestTags("p").lookahead("g")):  # best-effort work is never foreground
         await client.chat.completions.create(
             model="m", messages=[{"role": "user", "content": "hi"}]
@@ -43,19 +47,44 @@ async def test_foreground_requests_are_counted_until_their_stream_closes(
     await client.close()
 
 
-async def test_gate_holds_best_effort_work_until_the_foreground_is_done() -> None:
+async def test_idle_gate_holds_best_effort_work_until_the_foreground_is_done() -> None:
     registry = ForegroundRegistry()
-    gate = SlackGate("http://engine:1", poll_s=0.005, registry=registry)
-    registry.begin("http://engine:1")
+    gate = SlackGate("http://engine:1", admit="idle", poll_s=0.005, registry=registry)
+    held = registry.begin("http://engine:1")
     with use_tags(RequestTags("p").lookahead("g")):
         waiter = asyncio.create_task(gate.wait())
         await asyncio.sleep(0.05)
+        held.first_token()  # a decoding request still holds an "idle" gate
+        await asyncio.sleep(0.02)
         assert not waiter.done()
-        registry.end("http://engine:1")
-        assert await waiter >= 0.04
+        held.end()
+        assert await waiter >= 0.06
     with use_tags(RequestTags("p")):  # latency-critical callers never wait
         registry.begin("http://engine:1")
         assert await gate.wait() == 0.0
+
+
+async def test_decode_admission_opens_once_no_foreground_request_waits_for_its_first_token() -> (
+    None
+):
+    registry = ForegroundRegistry()
+    gate = SlackGate("http://engine:1", admit="decode", poll_s=0.005, registry=registry)
+    decoding, prefilling = registry.begin("http://engine:1"), registry.begin("http://engine:1")
+    decoding.first_token()
+    with use_tags(RequestTags("p").lookahead("g")):
+        waiter = asyncio.create_task(gate.wait())
+        await asyncio.sleep(0.03)
+        assert not waiter.done()  # one request still waits for its first token
+        prefilling.end()  # ended before any token (e.g. an error): no longer waiting either
+        await asyncio.wait_for(waiter, 1)
+    assert (registry.count("http://engine:1"), registry.prefilling("http://engine:1")) == (1, 0)
+    decoding.first_token(), decoding.end(), decoding.end(), prefilling.first_token()
+    assert (registry.count("http://engine:1"), registry.prefilling("http://engine:1")) == (0, 0)
+
+
+def test_gate_rejects_an_unknown_admission_rule() -> None:
+    with pytest.raises(ValueError, match="admit must be one of"):
+        SlackGate("http://engine:1", admit="always")  # type: ignore[arg-type]
 
 
 async def test_promotion_releases_waiting_work_of_that_group_only() -> None:
