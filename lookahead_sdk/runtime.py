@@ -42,7 +42,13 @@ from lookahead_sdk.slack import FOREGROUND
 from lookahead_sdk.state import LookaheadState, LookaheadStatus, MainState, PartialOutput, Snapshot
 from lookahead_sdk.tags import RequestTags, current_tags, use_tags
 from lookahead_sdk.tokens import TokenCounter
-from lookahead_sdk.warmup import RequestShape, Warmer, notify_warmer
+from lookahead_sdk.warmup import (
+    RequestShape,
+    Warmer,
+    WarmupSpend,
+    accepts_keyword,
+    notify_warmer,
+)
 
 log = logging.getLogger(__name__)
 
@@ -169,6 +175,7 @@ class LookaheadRuntime:
         self.lookahead = LookaheadState()
         self.llm = llm
         self.warmer = warmer
+        self._warmer_reports_spend = warmer is not None and accepts_keyword(warmer.warm, "spend")
         self.shape = shape or RequestShape()
         self.tags = tags or current_tags() or RequestTags(program_id=f"prog-{id(self):x}")
         self.offload_store = offload_store
@@ -420,12 +427,18 @@ class LookaheadRuntime:
         self._notify_warmer(
             "live_prefix", self.tags.program_id, self.main.shared_prefix_share(messages)
         )
+        spend = WarmupSpend()
+        reports = {"spend": spend} if self._warmer_reports_spend else {}
         with use_tags(tags):
             try:
-                outcome = await self.warmer.warm(messages, shape=self.shape, open_last=open_last)
+                outcome = await self.warmer.warm(
+                    messages, shape=self.shape, open_last=open_last, **reports
+                )
             except asyncio.CancelledError:
+                self._account(group_id, spend.prefilled_tokens, 0)  # what it got the engine to do
                 raise
             except Exception as error:
+                self._account(group_id, spend.prefilled_tokens, 0)
                 self.stats.warmup_failures += 1
                 log.warning(
                     "warm-up of %s failed (result kept, cache benefit lost): %r", group_id, error

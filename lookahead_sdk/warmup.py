@@ -15,7 +15,7 @@ from __future__ import annotations
 import inspect
 import logging
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
 
@@ -57,13 +57,24 @@ class WarmupResult:
         return max(0, self.prompt_tokens - self.cached_tokens)
 
 
+@dataclass
+class WarmupSpend:
+    """Prompt tokens a warm-up has made the engine prefill so far, kept up to date chunk by chunk
+    by warmers that accept it (`warm(..., spend=)`), so a warm-up cancelled midway (a commit
+    came first) is still counted: its chunks were computed, the last one even if cancelled."""
+
+    prefilled_tokens: int = 0
+
+
 @runtime_checkable
 class Warmer(Protocol):
     async def warm(
         self, messages: Sequence[Message], *, shape: RequestShape, open_last: bool = False
     ) -> WarmupResult:
         """Prefill `messages`; with open_last, stop right after the last message's content, so a
-        longer version of that message still hits the cache (progressive prefill)."""
+        longer version of that message still hits the cache (progressive prefill). A warmer
+        working in several requests may also accept `spend: WarmupSpend` and count its chunks
+        there as it sends them."""
         ...
 
     async def promote(self, group_id: str) -> None:
@@ -268,9 +279,15 @@ class LlamaCppWarmer(_HttpWarmer):
         return prefilled, int(timings.get("cache_n", 0))
 
     async def warm(
-        self, messages: Sequence[Message], *, shape: RequestShape, open_last: bool = False
+        self,
+        messages: Sequence[Message],
+        *,
+        shape: RequestShape,
+        open_last: bool = False,
+        spend: WarmupSpend | None = None,
     ) -> WarmupResult:
         started = time.perf_counter()
+        spend = spend if spend is not None else WarmupSpend()
         messages = list(messages)
         # llama-server renders a trailing assistant message as one to continue (and refuses one
         # with tool calls); the next request closes it, so only the prefix before it is shared.
@@ -299,8 +316,10 @@ class LlamaCppWarmer(_HttpWarmer):
         prefilled_total = 0
         while end < len(ids):
             await self.gate.wait()
-            end = min(len(ids), end + self.chunks.next_tokens())
+            start, end = end, min(len(ids), end + self.chunks.next_tokens())
+            spend.prefilled_tokens += end - start  # computed even if this request is cancelled
             prefilled, _ = await self._prefill(ids[:end])
+            spend.prefilled_tokens += prefilled - (end - start)
             prefilled_total += prefilled
             branch.ids = ids[:end]
         return WarmupResult(len(ids), len(ids) - prefilled_total, time.perf_counter() - started)
@@ -367,10 +386,14 @@ def notify_warmer(warmer: object, hook: str, *args: Any, **kwargs: Any) -> None:
     method = getattr(warmer, hook, None)
     if method is None:
         return
-    parameters = inspect.signature(method).parameters
-    if not any(p.kind is inspect.Parameter.VAR_KEYWORD for p in parameters.values()):
-        kwargs = {name: value for name, value in kwargs.items() if name in parameters}
-    method(*args, **kwargs)
+    method(*args, **{name: v for name, v in kwargs.items() if accepts_keyword(method, name)})
+
+
+def accepts_keyword(function: Callable[..., Any], name: str) -> bool:
+    parameters = inspect.signature(function).parameters
+    return name in parameters or any(
+        p.kind is inspect.Parameter.VAR_KEYWORD for p in parameters.values()
+    )
 
 
 def common_prefix_length(first: Sequence[int], second: Sequence[int]) -> int:

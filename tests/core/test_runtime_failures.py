@@ -10,7 +10,7 @@ import pytest
 
 from lookahead_sdk import CommitKind, LookaheadRuntime, LookaheadStatus, RequestShape
 from lookahead_sdk.messages import Message
-from lookahead_sdk.warmup import WarmupResult
+from lookahead_sdk.warmup import WarmupResult, WarmupSpend
 
 from .policies import CountingPolicy, drop_middle, user
 
@@ -151,6 +151,40 @@ async def test_failed_or_hung_warmup_still_commits_the_same_context(warmer, appr
     assert outcome.kind is CommitKind.HIT
     end = outcome.covered_end
     assert outcome.messages == drop_middle(before[:end]) + before[end:]
+    await runtime.aclose()
+    assert_no_tasks_left()
+
+
+class ChunkedWarmer(RecordingWarmer):
+    """Sends two 40-token chunks, then hangs in the third (the engine is computing it)."""
+
+    async def warm(
+        self,
+        messages: Sequence[Message],
+        *,
+        shape: RequestShape,
+        open_last: bool = False,
+        spend: WarmupSpend | None = None,
+    ) -> WarmupResult:
+        assert spend is not None
+        for _ in range(3):
+            spend.prefilled_tokens += 40
+            await asyncio.sleep(0)
+        await asyncio.sleep(3600)
+        raise AssertionError("cancelled before this")
+
+
+async def test_a_warmup_cancelled_by_the_commit_still_counts_the_chunks_it_sent(
+    approx_counter,
+) -> None:
+    policy = CountingPolicy(soft=5, hard=9)
+    runtime = LookaheadRuntime(
+        policy, messages=history(0), token_counter=approx_counter, warmer=ChunkedWarmer()
+    )
+    await drive_to_commit(runtime, settle=False)
+    assert (await runtime.commit()).kind is CommitKind.HIT
+    assert runtime.stats.background_prompt_tokens == 120
+    assert runtime.stats.warmups == 0  # it never completed
     await runtime.aclose()
     assert_no_tasks_left()
 
