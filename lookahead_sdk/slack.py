@@ -33,27 +33,17 @@ def is_generation_path(path: str) -> bool:
 
 class ForegroundRequest:
     """One latency-critical request in flight: waiting for its first token (prefill), then
-    decoding, then ended. Each transition happens once, whatever order the callbacks come in."""
+    decoding, then ended. Each transition counts once, whatever order the callbacks come in."""
 
     def __init__(self, registry: ForegroundRegistry, origin: str) -> None:
         self._registry, self.origin = registry, origin
         self.decoding = self.ended = False
 
     def first_token(self) -> None:
-        with self._registry._lock:
-            if self.decoding or self.ended:
-                return
-            self.decoding = True
-            self._registry._decrement(self._registry._prefilling, self.origin)
+        self._registry._advance(self, ended=False)
 
     def end(self) -> None:
-        with self._registry._lock:
-            if self.ended:
-                return
-            self.ended = True
-            if not self.decoding:
-                self._registry._decrement(self._registry._prefilling, self.origin)
-            self._registry._decrement(self._registry._inflight, self.origin)
+        self._registry._advance(self, ended=True)
 
 
 class ForegroundRegistry:
@@ -95,6 +85,18 @@ class ForegroundRegistry:
         with self._lock:
             return self._prefilling.get(origin, 0)
 
+    def _advance(self, request: ForegroundRequest, *, ended: bool) -> None:
+        """`request` got its first token (ended=False) or ended."""
+        with self._lock:
+            if request.ended:
+                return
+            if not request.decoding:
+                request.decoding = True
+                self._decrement(self._prefilling, request.origin)
+            if ended:
+                request.ended = True
+                self._decrement(self._inflight, request.origin)
+
     @staticmethod
     def _decrement(counter: Counter[str], origin: str) -> None:
         counter[origin] -= 1
@@ -121,7 +123,8 @@ DEFAULT_GATE_ADMISSION: GateAdmission = "decode"
 class SlackGate:
     """`admit="idle"`: best-effort work starts only when no latency-critical request is in
     flight. `admit="decode"`: also while those in flight are all decoding (none waits for its
-    first token). Time to first token stays protected either way; in "decode" a chunk shares the
+    first token). Either way no chunk starts while a foreground prefill waits (one arriving
+    during a chunk waits for it: `ChunkSizer` keeps chunks short). In "decode" a chunk shares the
     engine with the decoding requests, whose inter-token gap grows by up to the chunk's time (the
     paper's hybrid batching, with `ChunkSizer.target_s` as the inter-token bound). That is the
     only slack a busy engine serving several agents has, and where a sub-agent's context can be
