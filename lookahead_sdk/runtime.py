@@ -46,7 +46,7 @@ from lookahead_sdk.warmup import (
     RequestShape,
     Warmer,
     WarmupSpend,
-    accepts_keyword,
+    keywords_accepted,
     notify_warmer,
 )
 
@@ -175,7 +175,9 @@ class LookaheadRuntime:
         self.lookahead = LookaheadState()
         self.llm = llm
         self.warmer = warmer
-        self._warmer_reports_spend = warmer is not None and accepts_keyword(warmer.warm, "spend")
+        self._warmer_reports_spend = warmer is not None and bool(
+            keywords_accepted(warmer.warm, {"spend": None})
+        )
         self.shape = shape or RequestShape()
         self.tags = tags or current_tags() or RequestTags(program_id=f"prog-{id(self):x}")
         self.offload_store = offload_store

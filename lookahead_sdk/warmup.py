@@ -386,14 +386,15 @@ def notify_warmer(warmer: object, hook: str, *args: Any, **kwargs: Any) -> None:
     method = getattr(warmer, hook, None)
     if method is None:
         return
-    method(*args, **{name: v for name, v in kwargs.items() if accepts_keyword(method, name)})
+    method(*args, **keywords_accepted(method, kwargs))
 
 
-def accepts_keyword(function: Callable[..., Any], name: str) -> bool:
+def keywords_accepted(function: Callable[..., Any], kwargs: dict[str, Any]) -> dict[str, Any]:
+    """The entries of `kwargs` that `function` takes (all of them if it takes **kwargs)."""
     parameters = inspect.signature(function).parameters
-    return name in parameters or any(
-        p.kind is inspect.Parameter.VAR_KEYWORD for p in parameters.values()
-    )
+    if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in parameters.values()):
+        return kwargs
+    return {name: value for name, value in kwargs.items() if name in parameters}
 
 
 def common_prefix_length(first: Sequence[int], second: Sequence[int]) -> int:
