@@ -40,7 +40,8 @@ class ForegroundRequest:
         self.decoding = self.ended = False
 
     def first_token(self) -> None:
-        self._registry._advance(self, ended=False)
+        if not self.decoding:  # called for every streamed chunk: the lock only for the first
+            self._registry._advance(self, ended=False)
 
     def end(self) -> None:
         self._registry._advance(self, ended=True)
