@@ -2,16 +2,21 @@
 
 llama-server reports per-request timings: `prompt_n` tokens computed after `cache_n` tokens reused
 from the slot's cache took `prompt_ms`; `predicted_n` generated tokens took `predicted_ms`. Each
-request pins a slot (`id_slot`) and sends token ids, so the cached prefix is exactly controlled:
-the first request of a prefix level computes it from scratch (a fresh sample), later ones reuse it.
+request sends token ids to a known slot, so the cached prefix is exactly controlled: a request
+that brings the slot to the next prefix level computes only the tokens in between (itself a
+sample), and the requests at that level reuse all of it.
 
 Samples recorded per request:
 - prefill: one chunk (new_tokens=prompt_n, prefix_tokens=cache_n), latency prompt_ms;
 - decode: one decode step at the mean context of the generation, latency predicted_ms/predicted_n.
-Two equal requests sent at once to two slots are batched together by llama-server; they give a
-two-chunk prefill sample (latency: the slower prompt_ms) and a two-context decode sample.
+Pairs go as one request with two prompts, so llama-server queues both tasks at once and computes
+them in the same batches (sent as two requests, the first often started alone and the pair
+measured one chunk's time); each prompt lands on the slot that caches its prefix. A pair gives a
+two-chunk prefill sample and a two-context decode sample.
 The plan runs `passes` times and the fastest sample per batch shape is kept (see
-`fastest_per_shape`): on a shared CPU, other processes only ever add time.
+`fastest_per_shape`): on a shared CPU, other processes only ever add time. The engine measured
+must run without a host-memory prompt cache (`cache_ram_mib=0`): restoring a prompt from it
+would be timed as prefill.
 """
 
 from __future__ import annotations
@@ -31,6 +36,7 @@ from lookahead_sdk.scheduling.measurements import BatchMeasurement, MeasurementS
 
 # Token ids drawn from the middle of SmolLM2's 49152-token vocabulary (no special tokens).
 _TOKEN_ID_RANGE = (1000, 45000)
+_PAIR_TOLERANCE = 0.1
 
 
 @dataclass(frozen=True, slots=True)
@@ -53,8 +59,9 @@ class EmbeddedMeasurementPlan:
 
     @property
     def request_count(self) -> int:
-        """Measured requests (for progress); slot 1's warm-ups not included."""
-        single = len(self.prefix_levels) * len(self.new_tokens)
+        """Measured requests (for progress), a pair counted as two; slot 1's warm-ups not included."""
+        reach = sum(1 for level in self.prefix_levels if level > 0)
+        single = reach + len(self.prefix_levels) * len(self.new_tokens)
         pairs = 2 * len(self.concurrent_prefix_levels) * len(self.concurrent_new_tokens)
         return self.passes * (single + pairs)
 
@@ -112,26 +119,30 @@ async def measure_embedded_batches(
 
     load_before = os.getloadavg()
     async with httpx.AsyncClient(base_url=base_url.rstrip("/"), timeout=timeout_s) as client:
+
+        async def complete(prompts: list[list[int]], slot: int | None) -> list[_Timings]:
+            return await _complete(client, prompts, slot, plan)
+
         for _ in range(plan.passes):  # whole passes, so a burst of CPU contention spoils one
             for level in levels:
+                if level > 0:  # cache exactly the level's prefix
+                    (reach,) = await complete([slot_prefixes[0][:level]], 0)
+                    samples.extend(_single_samples(reach))
+                    done()
                 for new_tokens in plan.new_tokens:  # fresh new tokens: only the prefix is cached
                     prompt = slot_prefixes[0][:level] + _random_tokens(rng, new_tokens)
-                    samples.extend(_single_samples(await _complete(client, prompt, 0, plan)))
+                    (single,) = await complete([prompt], 0)
+                    samples.extend(_single_samples(single))
                     done()
             if pair_levels:
-                warm = await _complete(client, slot_prefixes[1], 1, plan)
+                (warm,) = await complete([slot_prefixes[1]], 1)
                 samples.extend(_single_samples(warm))
             for level in pair_levels:
                 for new_tokens in plan.concurrent_new_tokens:
-                    pair = await asyncio.gather(
-                        *(
-                            _complete(
-                                client, prefix[:level] + _random_tokens(rng, new_tokens), slot, plan
-                            )
-                            for slot, prefix in enumerate(slot_prefixes)
-                        )
-                    )
-                    samples.extend(_pair_samples(pair))
+                    prompts = [
+                        prefix[:level] + _random_tokens(rng, new_tokens) for prefix in slot_prefixes
+                    ]
+                    samples.extend(_pair_samples(await complete(prompts, None)))
                     done(2)
     return MeasurementSet(
         fastest_per_shape(samples),
@@ -154,21 +165,29 @@ async def measure_embedded_batches(
 
 
 async def _complete(
-    client: httpx.AsyncClient, prompt: list[int], slot: int, plan: EmbeddedMeasurementPlan
-) -> _Timings:
-    response = await client.post(
-        "/completion",
-        json={
-            "prompt": prompt,
-            "id_slot": slot,
-            "cache_prompt": True,
-            "n_predict": plan.decode_tokens,
-            "ignore_eos": True,
-            "temperature": 0.0,
-        },
-    )
+    client: httpx.AsyncClient,
+    prompts: list[list[int]],
+    slot: int | None,
+    plan: EmbeddedMeasurementPlan,
+) -> list[_Timings]:
+    """One request: a single prompt pinned to `slot`, or several prompts (`slot=None`) that
+    llama-server queues together and places by cached-prefix similarity."""
+    body: dict[str, Any] = {
+        "prompt": prompts[0] if len(prompts) == 1 else prompts,
+        "cache_prompt": True,
+        "n_predict": plan.decode_tokens,
+        "ignore_eos": True,
+        "temperature": 0.0,
+    }
+    if slot is not None:
+        body["id_slot"] = slot
+    response = await client.post("/completion", json=body)
     response.raise_for_status()
-    return _Timings.from_response(response.json())
+    answer = response.json()
+    results = answer if isinstance(answer, list) else [answer]
+    if len(results) != len(prompts):
+        raise ValueError(f"llama-server answered {len(results)} results for {len(prompts)} prompts")
+    return [_Timings.from_response(result) for result in results]
 
 
 def _single_samples(t: _Timings) -> list[BatchMeasurement]:
@@ -185,7 +204,11 @@ def _single_samples(t: _Timings) -> list[BatchMeasurement]:
 
 def _pair_samples(pair: Sequence[_Timings]) -> list[BatchMeasurement]:
     samples = []
-    if all(t.prompt_n > 0 and t.prompt_ms > 0 for t in pair):
+    # Computed in the same batches, both prompts finish together; if not, the pair was split.
+    batched = max(t.prompt_ms for t in pair) <= (1 + _PAIR_TOLERANCE) * min(
+        t.prompt_ms for t in pair
+    )
+    if batched and all(t.prompt_n > 0 and t.prompt_ms > 0 for t in pair):
         chunks = tuple(PrefillChunk(t.prompt_n, t.cache_n) for t in pair)
         samples.append(BatchMeasurement(BatchShape((), chunks), max(t.prompt_ms for t in pair)))
     if all(t.predicted_n > 1 and t.predicted_ms > 0 for t in pair):
@@ -238,7 +261,8 @@ def measure_on_embedded_engine(
 
     plan = plan or EmbeddedMeasurementPlan()
     handle = ensure_engine(
-        EngineConfig(port=port, slots=2, threads=threads), show_progress=show_progress
+        EngineConfig(port=port, slots=2, threads=threads, cache_ram_mib=0),
+        show_progress=show_progress,
     )
     # A SIGTERM (e.g. from `timeout`) would skip `finally` and leave the engine running.
     previous = signal.signal(signal.SIGTERM, _exit_on_sigterm)
@@ -261,5 +285,6 @@ def measure_on_embedded_engine(
             "model": handle.model,
             "quantization": handle.config.quantization,
             "threads": handle.config.threads,
+            "flash_attn": handle.config.flash_attn,
         },
     )

@@ -9,7 +9,12 @@ from collections.abc import Callable
 from pathlib import Path
 
 from lookahead_sdk.engine.build import ensure_binaries
-from lookahead_sdk.engine.config import DEFAULT_PORT, MODEL_CONTEXT, EngineConfig
+from lookahead_sdk.engine.config import (
+    DEFAULT_PORT,
+    FLASH_ATTN_MODES,
+    MODEL_CONTEXT,
+    EngineConfig,
+)
 from lookahead_sdk.engine.errors import EngineError
 from lookahead_sdk.engine.model import DEFAULT_QUANTIZATION, QUANTIZATIONS, model_path
 from lookahead_sdk.engine.server import engine_status, ensure_engine, stop_engine
@@ -40,6 +45,12 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         type=int,
         default=EngineConfig.cache_ram_mib,
         help="host-memory prompt cache in MiB for prompts evicted from a slot (0: off)",
+    )
+    start.add_argument(
+        "--flash-attn",
+        choices=FLASH_ATTN_MODES,
+        default=EngineConfig.flash_attn,
+        help="llama.cpp flash attention (default off: faster for short turns on long contexts on CPU)",
     )
     start.add_argument("--timeout", type=float, default=180.0, help="seconds to wait for /health")
     start.set_defaults(func=_run_start)
@@ -73,6 +84,7 @@ def _run_start(args: argparse.Namespace) -> int:
             threads=args.threads,
             quantization=args.quant,
             cache_ram_mib=args.cache_ram,
+            flash_attn=args.flash_attn,
         )
         handle = ensure_engine(config, timeout_s=args.timeout)
         verb = "already running" if handle.reused else "started"

@@ -11,6 +11,11 @@ from lookahead_sdk.engine.model import DEFAULT_QUANTIZATION, validate_quantizati
 DEFAULT_PORT = 8089
 MODEL_CONTEXT = 8192  # SmolLM2-135M training context; llama-server caps slots to it
 KV_PAD = 256  # llama.cpp rounds the per-slot context up to a multiple of this
+FLASH_ATTN_MODES = ("off", "on", "auto")
+# Off: on CPU, ggml's flash-attention kernel costs up to 2.5x more per attention unit for a short
+# chunk after a long cached context (an agent's usual turn) and is no faster for long chunks; off,
+# the attention cost is linear in Eq. 1's units, so the calibrated latency model fits the engine.
+DEFAULT_FLASH_ATTN = "off"
 
 
 @dataclass(frozen=True)
@@ -25,6 +30,7 @@ class EngineConfig:
     cache_ram_mib: int = 1024
     # Slot save/restore (`--slot-save-path`): lets a warm-up start from a copy of the live slot.
     slot_copies: bool = True
+    flash_attn: str = DEFAULT_FLASH_ATTN
     extra_args: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
@@ -44,6 +50,10 @@ class EngineConfig:
         _require_int_in("cache_ram_mib", self.cache_ram_mib, -1, 1 << 20)
         if not isinstance(self.slot_copies, bool):
             raise TypeError(f"slot_copies must be a bool, got {type(self.slot_copies).__name__}")
+        if self.flash_attn not in FLASH_ATTN_MODES:
+            raise ValueError(
+                f"flash_attn must be one of {', '.join(FLASH_ATTN_MODES)}, got {self.flash_attn!r}"
+            )
         if isinstance(self.extra_args, str) or not all(
             isinstance(arg, str) for arg in self.extra_args
         ):
@@ -70,7 +80,15 @@ class EngineConfig:
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> EngineConfig:
-        return cls(**{**data, "extra_args": tuple(data.get("extra_args", ()))})
+        # A state file written before the flash_attn field describes an engine that ran
+        # llama.cpp's own default, auto.
+        return cls(
+            **{
+                **data,
+                "flash_attn": data.get("flash_attn", "auto"),
+                "extra_args": tuple(data.get("extra_args", ())),
+            }
+        )
 
 
 def _require_int_in(field: str, value: object, low: int, high: int) -> None:

@@ -100,6 +100,7 @@ def server_command(config: EngineConfig, binaries: EngineBinaries, model: Path) 
         "--ctx-size", str(config.total_ctx),
         "--threads", str(config.threads),
         "--threads-batch", str(config.threads),
+        "--flash-attn", config.flash_attn,
         "--cache-ram", str(config.cache_ram_mib),
         "--jinja",
         "--metrics",

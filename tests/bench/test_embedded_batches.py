@@ -38,16 +38,18 @@ def test_measured_batches_carry_the_controlled_cached_prefix(embedded_engine) ->
     ]
     assert all(m.latency_ms > 0 for m in measured.batches)
     single = [m.batch.prefill_chunks[0] for m in prefills if len(m.batch.prefill_chunks) == 1]
-    # Level 0 computes everything; reaching level 512 computes the 512 prefix tokens plus the
-    # new ones on top of what the slot held (nothing shared); then the level is cached. Slot 1's
+    # Level 0 computes everything; a request of exactly the 512 prefix tokens brings the slot to
+    # level 512 (nothing shared with what it held), whose requests then reuse all of it. Slot 1's
     # warm-up to the pair level is a single sample too.
     assert single == [
         PrefillChunk(16, 0),
         PrefillChunk(64, 0),
-        PrefillChunk(512 + 16, 0),
+        PrefillChunk(512, 0),
+        PrefillChunk(16, 512),
         PrefillChunk(64, 512),
         PrefillChunk(256, 0),
     ]
     pairs = [m for m in prefills if len(m.batch.prefill_chunks) == 2]
+    # One request with both prompts: each lands on the slot caching its prefix, in one batch.
     assert [m.batch.prefill_chunks for m in pairs] == [(PrefillChunk(32, 256),) * 2]
     assert any(len(m.batch.decode_contexts) == 2 for m in decodes)

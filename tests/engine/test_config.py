@@ -4,7 +4,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from lookahead_sdk.engine.config import KV_PAD, MODEL_CONTEXT, EngineConfig
+from lookahead_sdk.engine.config import FLASH_ATTN_MODES, KV_PAD, MODEL_CONTEXT, EngineConfig
 from lookahead_sdk.engine.model import QUANTIZATIONS
 
 valid_configs = st.builds(
@@ -15,6 +15,7 @@ valid_configs = st.builds(
     threads=st.none() | st.integers(1, 64),
     quantization=st.sampled_from(QUANTIZATIONS),
     cache_ram_mib=st.integers(-1, 4096),
+    flash_attn=st.sampled_from(FLASH_ATTN_MODES),
     extra_args=st.lists(st.text(min_size=1, max_size=8)).map(tuple),
 )
 
@@ -22,6 +23,16 @@ valid_configs = st.builds(
 @given(valid_configs)
 def test_dict_round_trip_preserves_config(config: EngineConfig) -> None:
     assert EngineConfig.from_dict(config.to_dict()) == config
+
+
+def test_state_written_before_flash_attn_means_llama_cpp_default() -> None:
+    """An engine recorded without the field ran with llama.cpp's default (auto): a request for
+    the default config (off) must not reuse it."""
+    recorded = EngineConfig(threads=2).to_dict()
+    del recorded["flash_attn"]
+    old = EngineConfig.from_dict(recorded)
+    assert old.flash_attn == "auto"
+    assert not EngineConfig(threads=2).compatible_with(old)
 
 
 @given(valid_configs)
@@ -53,6 +64,7 @@ def test_compatibility_ignores_only_unset_threads(config: EngineConfig) -> None:
         ("threads", 0, ValueError),
         ("quantization", "q5_k", ValueError),
         ("host", "", ValueError),
+        ("flash_attn", "yes", ValueError),
         ("extra_args", "--temp 0", TypeError),
     ],
 )

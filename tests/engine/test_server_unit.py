@@ -94,6 +94,7 @@ def test_server_command_gives_each_slot_its_context() -> None:
     assert int(value("--ctx-size")) == 3 * 2048
     assert value("--parallel") == "3"
     assert value("--port") == "9001"
+    assert value("--flash-attn") == "off"
     assert {"--jinja", "--metrics", "--slots", "--cache-prompt"} <= set(command)
 
 
