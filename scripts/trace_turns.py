@@ -1,0 +1,49 @@
+#!/usr/bin/env python3
+"""Print every model turn of one `bench ttft` strategy, sync then lookahead, on the embedded
+engine: TTFT, the commit on that turn, and how many prompt tokens the engine had to compute.
+
+It shows what a transform turn costs against normal turns that prefill as much: the commit of a
+limit-triggered strategy tends to fall on the turn whose large tool output pushed the context
+over the limit, and that newest output is prefilled in either mode.
+
+    python scripts/trace_turns.py keep_recent [--steps 28] [--agents 1]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+
+from lookahead_sdk.agent.driver import STRATEGIES
+from lookahead_sdk.agent.loop import TurnRecord
+from lookahead_sdk.bench.ttft import DEFAULT_STEPS, TtftBenchConfig, run_ttft_bench
+
+
+def print_turn(turn: TurnRecord) -> None:
+    computed = turn.prompt_tokens - turn.cached_tokens
+    print(
+        f"{turn.agent:>4} step {turn.step:>2}  ttft {turn.ttft_s:5.2f} s  commit {turn.commit.value:<8}"
+        f" context {turn.context_tokens:>5}  prompt {turn.prompt_tokens:>5}"
+        f"  cached {turn.cached_tokens:>5}  computed {computed:>4}",
+        flush=True,
+    )
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("strategy", choices=STRATEGIES)
+    parser.add_argument("--steps", type=int, default=DEFAULT_STEPS)
+    parser.add_argument("--agents", type=int, default=1)
+    args = parser.parse_args()
+    config = TtftBenchConfig(strategies=(args.strategy,), steps=args.steps, agents=args.agents)
+    asyncio.run(
+        run_ttft_bench(
+            config,
+            on_turn=print_turn,
+            on_run=lambda strategy, mode: print(f"=== {strategy} {mode}", flush=True),
+        )
+    )
+
+
+if __name__ == "__main__":
+    main()
