@@ -140,7 +140,7 @@ class LookaheadRuntime:
         warm_suffix: bool = True,
         transform_timeout_s: float | None = 300.0,
         commit_wait_timeout_s: float | None = 300.0,
-        warmup_wait_timeout_s: float | None = 0.0,
+        warmup_wait_timeout_s: float | None = 2.0,
     ) -> None:
         if (
             isinstance(window_tokens, bool)
@@ -315,13 +315,18 @@ class LookaheadRuntime:
 
     async def _settle_running_job(self) -> float:
         """At commit time: wait for a running lookahead (promoted) or abandon it. An in-flight
-        warm-up of a ready result is cancelled after `warmup_wait_timeout_s` (default at once):
-        the commit request prefills what is left in one go, where a chunked warm-up competing
-        with other programs could take much longer; what it already prefilled stays cached."""
+        warm-up of a ready result sends no further chunk: the commit request prefills what is
+        left in one go, where a chunked warm-up competing with other programs could take much
+        longer. A warmer that can stop after its chunk in flight (`finish_warm_up`) is waited
+        for up to `warmup_wait_timeout_s`, so the commit runs where that chunk is cached; any
+        other is cancelled at once (what it prefilled stays cached)."""
         job, lookahead = self._job, self.lookahead
         if job is None or job.done():
             return 0.0
-        timeout = self.warmup_wait_timeout_s
+        finish = getattr(self.warmer, "finish_warm_up", None)
+        timeout = self.warmup_wait_timeout_s if finish is not None else 0.0
+        if lookahead.status is LookaheadStatus.READY and finish is not None:
+            finish(self.tags.program_id)
         if lookahead.status is LookaheadStatus.RUNNING:
             if not self.policy.should_promote(self.main, lookahead):
                 self.stats.abandoned += 1
@@ -427,7 +432,10 @@ class LookaheadRuntime:
         tags = self.tags.lookahead(group_id, commit_deadline_ms=self._commit_deadline_ms())
         # How much of it the live context holds (a warmer may seed the warm-up from it).
         self._notify_warmer(
-            "live_prefix", self.tags.program_id, self.main.shared_prefix_share(messages)
+            "live_prefix",
+            self.tags.program_id,
+            self.main.shared_prefix_share(messages),
+            shared_messages=self.main.shared_prefix_messages(messages),
         )
         spend = WarmupSpend()
         reports = {"spend": spend} if self._warmer_reports_spend else {}

@@ -14,6 +14,7 @@ import asyncio
 import threading
 import time
 from collections import Counter
+from collections.abc import Callable
 from typing import Literal
 from urllib.parse import urlsplit
 
@@ -154,16 +155,21 @@ class SlackGate:
             return self.registry.prefilling(self.origin) == 0
         return self.registry.count(self.origin) == 0
 
-    async def wait(self) -> float:
+    async def wait(self, *, until: Callable[[], bool] | None = None) -> float:
         """Return once the engine has slack (see `admit`); at once for latency-critical callers,
-        and as soon as the caller's lookahead group is promoted."""
+        as soon as the caller's lookahead group is promoted, or once `until()` holds (the caller
+        no longer wants to send: check it again after the wait)."""
         if counts_as_foreground():
             return 0.0
         tags = current_tags()
         group_id = tags.lookahead_group_id if tags is not None else None
         started = time.perf_counter()
         # Polling, not an Event: foreground counts change on other threads and event loops.
-        while not self.has_slack() and not self.registry.is_promoted(group_id):  # noqa: ASYNC110
+        while (  # noqa: ASYNC110
+            not self.has_slack()
+            and not self.registry.is_promoted(group_id)
+            and not (until is not None and until())
+        ):
             await asyncio.sleep(self.poll_s)
         waited = time.perf_counter() - started
         self.waited_s += waited

@@ -95,14 +95,19 @@ class MainState:
     def message_tokens(self, index: int) -> int:
         return self._message_tokens[index]
 
-    def shared_prefix_share(self, messages: Sequence[Message]) -> float:
-        """The share (0..1, in tokens) of `messages` that starts with this history's leading
-        messages unchanged: what a prefix cache holding this history can reuse for it."""
+    def shared_prefix_messages(self, messages: Sequence[Message]) -> int:
+        """How many leading messages of `messages` are this history's, unchanged."""
         shared = 0
         for mine, theirs in zip(self._messages, messages, strict=False):
             if mine != theirs:
                 break
             shared += 1
+        return shared
+
+    def shared_prefix_share(self, messages: Sequence[Message]) -> float:
+        """The share (0..1, in tokens) of `messages` that starts with this history's leading
+        messages unchanged: what a prefix cache holding this history can reuse for it."""
+        shared = self.shared_prefix_messages(messages)
         rest = sum(count_message(self.token_counter, m) for m in messages[shared:])
         total = self._token_prefix[shared] + rest
         return self._token_prefix[shared] / total if total else 0.0

@@ -86,9 +86,12 @@ class Warmer(Protocol):
     # Optional lifecycle hooks, called when present: attach(program_id) as a runtime starts
     # using the warmer; committed(program_id, replaced=bool, live_prefix_share=float) after a
     # lookahead commit (replaced: the committed context replaces the live one; live_prefix_share:
-    # the share of it the live context already holds); live_prefix(program_id, share) before a
-    # warm-up (the share of it the live context holds); hand_over(program_id, child_id) when a
-    # sub-agent starts from a spawned context; detach(program_id) when a runtime or sub-agent ends.
+    # the share of it the live context already holds); live_prefix(program_id, share,
+    # shared_messages=int) before a warm-up (the share of it the live context holds, and in how
+    # many leading messages); finish_warm_up(program_id) when a commit waits for the warm-up in
+    # flight (send no further chunk; without this hook the warm-up is cancelled at once);
+    # hand_over(program_id, child_id) when a sub-agent starts from a spawned context;
+    # detach(program_id) when a runtime or sub-agent ends.
 
 
 class _HttpWarmer:
@@ -157,6 +160,8 @@ class BranchSlot:
     ids: list[int] = field(default_factory=list)
     prompt_tokens: int = 0  # the length of the last warm-up prompt
     live_prefix_share: float = 0.0  # the share of the next warm-up the live context holds
+    live_prefix_messages: int = 0  # and how many of its leading messages that is
+    finishing: bool = False  # a commit is waiting: send no further chunk
 
     @property
     def warmed_share(self) -> float:
@@ -215,11 +220,19 @@ class LlamaCppWarmer(_HttpWarmer):
         if replaced and (live_prefix_share is None or warmed_share > live_prefix_share):
             SLOT_PAIRS.swap(self.origin, program_id)
 
-    def live_prefix(self, program_id: str, share: float) -> None:
-        """The program's next warm-up starts with `share` (in tokens) of its live context (e.g.
-        an Offload lookahead rewriting only recent outputs): the branch slot can start as a copy
-        of the live slot instead of prefilling that part again."""
-        self._branch(program_id).live_prefix_share = share
+    def finish_warm_up(self, program_id: str) -> None:
+        """A commit of `program_id` is waiting: its warm-up in flight sends no further chunk and
+        returns once the chunk the engine is computing is done (the engine computes it either
+        way, and `committed` then knows the branch holds it). The commit request prefills the
+        rest in one go."""
+        self._branch(program_id).finishing = True
+
+    def live_prefix(self, program_id: str, share: float, shared_messages: int = 0) -> None:
+        """The program's next warm-up starts with `share` (in tokens; its first `shared_messages`
+        messages) of its live context (e.g. an Offload lookahead rewriting only recent outputs):
+        the branch slot can start as a copy of the live slot instead of prefilling that part."""
+        branch = self._branch(program_id)
+        branch.live_prefix_share, branch.live_prefix_messages = share, shared_messages
 
     def _branch(self, program_id: str) -> BranchSlot:
         return self._branches.setdefault(program_id, BranchSlot())
@@ -255,17 +268,43 @@ class LlamaCppWarmer(_HttpWarmer):
     async def render(
         self, messages: Sequence[Message], shape: RequestShape, *, open_last: bool = False
     ) -> str:
-        if not open_last or not messages:
+        """The prompt text of `messages` as the chat endpoint renders them. With open_last, up to
+        the end of the last message's content so far. A last assistant message with tool calls
+        (its tools are running) is rendered closed, up to where its first tool result's content
+        will start: the next request continues exactly there."""
+        if not messages:
             return await self._apply_template(messages, shape)
         *head, last = messages
-        marked = {**last, "content": f"{last.get('content') or ''}{OPEN_MESSAGE_SENTINEL}"}
-        rendered = await self._apply_template([*head, marked], shape)
+        if open_last:
+            marked = {**last, "content": f"{last.get('content') or ''}{OPEN_MESSAGE_SENTINEL}"}
+            rendered = await self._apply_template([*head, marked], shape)
+        elif last.get("role") == "assistant" and last.get("tool_calls"):
+            call_id = last["tool_calls"][0].get("id", "")
+            result = {"role": "tool", "tool_call_id": call_id, "content": OPEN_MESSAGE_SENTINEL}
+            rendered = await self._apply_template([*messages, result], shape)
+        else:
+            return await self._apply_template(messages, shape)
         cut = rendered.rfind(OPEN_MESSAGE_SENTINEL)
         if cut < 0:
             raise ValueError(
                 "the chat template dropped the open message's content; cannot render it open"
             )
         return rendered[:cut]
+
+    async def _seeded_length(
+        self, ids: list[int], shared: Sequence[Message], shape: RequestShape
+    ) -> int | None:
+        """Tokens of `ids` a copy of the live slot holds: the common prefix with the server's
+        rendering of the messages the two share (None when that is not known)."""
+        if not shared:
+            return None
+        try:
+            rendered = await self.render(shared, shape)
+            tokenized = await self._post("/tokenize", {"content": rendered, "parse_special": True})
+        except httpx.HTTPError as error:
+            log.warning("could not measure the copied live prefix: %r", error)
+            return None
+        return common_prefix_length(ids, tokenized["tokens"])
 
     async def _apply_template(self, messages: Sequence[Message], shape: RequestShape) -> str:
         body = {**shape.chat_fields(), "messages": list(messages)}
@@ -289,9 +328,14 @@ class LlamaCppWarmer(_HttpWarmer):
         started = time.perf_counter()
         spend = spend if spend is not None else WarmupSpend()
         messages = list(messages)
-        # llama-server renders a trailing assistant message as one to continue (and refuses one
-        # with tool calls); the next request closes it, so only the prefix before it is shared.
-        while messages and messages[-1].get("role") == "assistant" and not open_last:
+        # llama-server renders a trailing assistant message as one to continue; the next request
+        # closes it, so only the prefix before it is shared (`render` closes one with tool calls).
+        while (
+            messages
+            and messages[-1].get("role") == "assistant"
+            and not messages[-1].get("tool_calls")
+            and not open_last
+        ):
             messages.pop()
         prompt = await self.render(messages, shape, open_last=open_last)
         if self.gate is None:
@@ -303,26 +347,38 @@ class LlamaCppWarmer(_HttpWarmer):
         tags = current_tags()
         program_id = tags.program_id if tags is not None else ""
         branch = self._branch(program_id)
+        branch.finishing = False
         end = common_prefix_length(ids, branch.ids)
         branch.prompt_tokens = len(ids)
         live_prefix = int(branch.live_prefix_share * len(ids))
-        branch.live_prefix_share = 0.0
+        live_messages = min(branch.live_prefix_messages, len(messages))
+        branch.live_prefix_share, branch.live_prefix_messages = 0.0, 0
+
+        def finishing() -> bool:
+            return branch.finishing
+
         if live_prefix > end + self.chunks.min_tokens:
-            await self.gate.wait()
-            if await self._seed_branch(program_id):
-                # Client-side counts approximate the server's tokens: resume a little early
-                # (the slot's cache covers the rest of the shared prefix anyway).
-                end = min(max(end, int(live_prefix * SEEDED_PREFIX_TRUST)), len(ids) - 1)
+            await self.gate.wait(until=finishing)
+            if not branch.finishing and await self._seed_branch(program_id):
+                # Resume exactly where the copy ends: a chunk ending short of it would drop the
+                # rest (a slot keeps only its last prompt), one starting past it would leave a gap.
+                seeded = await self._seeded_length(ids, messages[:live_messages], shape)
+                if seeded is None:  # client-side counts approximate the server's tokens
+                    seeded = int(live_prefix * SEEDED_PREFIX_TRUST)
+                end = min(max(end, seeded), len(ids) - 1)
         prefilled_total = 0
         while end < len(ids):
-            await self.gate.wait()
+            await self.gate.wait(until=finishing)
+            if branch.finishing:
+                break
             start, end = end, min(len(ids), end + self.chunks.next_tokens())
             spend.prefilled_tokens += end - start  # computed even if this request is cancelled
             prefilled, _ = await self._prefill(ids[:end])
             spend.prefilled_tokens += prefilled - (end - start)
             prefilled_total += prefilled
             branch.ids = ids[:end]
-        return WarmupResult(len(ids), len(ids) - prefilled_total, time.perf_counter() - started)
+        # Stopped early by a commit: the prompt so far is what the branch holds.
+        return WarmupResult(end, end - prefilled_total, time.perf_counter() - started)
 
 
 class SGLangWarmer(_HttpWarmer):

@@ -6,7 +6,7 @@ It shows what a transform turn costs against normal turns that prefill as much: 
 limit-triggered strategy tends to fall on the turn whose large tool output pushed the context
 over the limit, and that newest output is prefilled in either mode.
 
-    python scripts/trace_turns.py keep_recent [--steps 28] [--agents 1]
+    python scripts/trace_turns.py keep_recent [--steps 28] [--agents 1] [--tool-latency S]
 """
 
 from __future__ import annotations
@@ -16,7 +16,12 @@ import asyncio
 
 from lookahead_sdk.agent.driver import STRATEGIES
 from lookahead_sdk.agent.loop import TurnRecord
-from lookahead_sdk.bench.ttft import DEFAULT_STEPS, TtftBenchConfig, run_ttft_bench
+from lookahead_sdk.bench.ttft import (
+    DEFAULT_STEPS,
+    DEFAULT_TOOL_LATENCY_S,
+    TtftBenchConfig,
+    run_ttft_bench,
+)
 
 
 def print_turn(turn: TurnRecord) -> None:
@@ -24,7 +29,7 @@ def print_turn(turn: TurnRecord) -> None:
     print(
         f"{turn.agent:>4} step {turn.step:>2}  ttft {turn.ttft_s:5.2f} s  commit {turn.commit.value:<8}"
         f" context {turn.context_tokens:>5}  prompt {turn.prompt_tokens:>5}"
-        f"  cached {turn.cached_tokens:>5}  computed {computed:>4}",
+        f"  cached {turn.cached_tokens:>5}  computed {computed:>4}  new {turn.new_tokens:>4}",
         flush=True,
     )
 
@@ -34,8 +39,14 @@ def main() -> None:
     parser.add_argument("strategy", choices=STRATEGIES)
     parser.add_argument("--steps", type=int, default=DEFAULT_STEPS)
     parser.add_argument("--agents", type=int, default=1)
+    parser.add_argument("--tool-latency", type=float, default=DEFAULT_TOOL_LATENCY_S)
     args = parser.parse_args()
-    config = TtftBenchConfig(strategies=(args.strategy,), steps=args.steps, agents=args.agents)
+    config = TtftBenchConfig(
+        strategies=(args.strategy,),
+        steps=args.steps,
+        agents=args.agents,
+        tool_latency_s=args.tool_latency,
+    )
     asyncio.run(
         run_ttft_bench(
             config,

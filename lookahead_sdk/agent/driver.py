@@ -39,6 +39,9 @@ class RunResult:
 
     transform_ttft_s: list[float] = field(default_factory=list)
     normal_ttft_s: list[float] = field(default_factory=list)
+    # Per turn, in the same order: tokens the history gained since the agent's previous call.
+    transform_new_tokens: list[int] = field(default_factory=list)
+    normal_new_tokens: list[int] = field(default_factory=list)
     transform_turns: int = 0
     lookahead_hits: int = 0
     stale: int = 0
@@ -51,9 +54,12 @@ class RunResult:
 
     def add(self, run: AgentRun) -> None:
         for turn in run.turns:
-            (self.transform_ttft_s if turn.is_transform_turn else self.normal_ttft_s).append(
-                turn.ttft_s
-            )
+            if turn.is_transform_turn:
+                self.transform_ttft_s.append(turn.ttft_s)
+                self.transform_new_tokens.append(turn.new_tokens)
+            else:
+                self.normal_ttft_s.append(turn.ttft_s)
+                self.normal_new_tokens.append(turn.new_tokens)
             self.transform_turns += turn.is_transform_turn
             self.cached_prompt_tokens += turn.cached_tokens
             self.prefilled_prompt_tokens += max(0, turn.prompt_tokens - turn.cached_tokens)

@@ -15,7 +15,7 @@ from lookahead_sdk.offload_store import OffloadStore
 from lookahead_sdk.policy import ContextPolicy, resolve_policy
 from lookahead_sdk.runtime import CommitKind, LookaheadRuntime, RuntimeMode, RuntimeStats
 from lookahead_sdk.tags import current_tags, use_tags
-from lookahead_sdk.tokens import TokenCounter
+from lookahead_sdk.tokens import TokenCounter, count_message
 from lookahead_sdk.tools import ToolRegistry
 from lookahead_sdk.warmup import RequestShape, Warmer, notify_warmer
 
@@ -29,6 +29,10 @@ class TurnRecord:
     context_tokens: int
     prompt_tokens: int
     cached_tokens: int
+    # Tokens the agent's history gained since its previous model call (the reply and the tool
+    # outputs; a sub-agent's first call: its whole context): what the turn brings that is new in
+    # either mode, so transform turns can be compared with normal turns of the same size.
+    new_tokens: int = 0
 
     @property
     def is_transform_turn(self) -> bool:
@@ -40,6 +44,7 @@ class AgentRun:
     turns: list[TurnRecord] = field(default_factory=list)
     stats: RuntimeStats = field(default_factory=RuntimeStats)
     messages: list[Message] = field(default_factory=list)
+    history_tokens_at_last_call: int = 0  # the main history's size when its last call was sent
 
 
 def tool_message(call: dict[str, Any], content: str) -> Message:
@@ -118,6 +123,9 @@ class ReferenceAgent:
                 runtime.append({**result.message, "tool_calls": calls} if calls else result.message)
                 if not calls:
                     break
+                # The model's turn is a segment too: a ready lookahead warms it while the tools run,
+                # so the commit turn prefills only the newest tool output.
+                await runtime.boundary()
                 for call in calls:
                     output = await self.tools.call(
                         call["function"]["name"], call["function"]["arguments"]
@@ -137,8 +145,10 @@ class ReferenceAgent:
         stream_tool: str | None = None,
     ) -> ChatResult:
         started = time.perf_counter()
+        new_tokens = runtime.main.tokens - record.history_tokens_at_last_call
         outcome = await runtime.commit() if runtime.policy.commit_mode == "replace" else None
         messages = outcome.messages if outcome else list(runtime.main.messages)
+        record.history_tokens_at_last_call = runtime.main.tokens
 
         async def on_delta(text: str, tool_name: str | None) -> None:
             await runtime.stream_boundary(text, tool_name=tool_name or stream_tool)
@@ -152,7 +162,7 @@ class ReferenceAgent:
             started_at=started,
         )
         commit = outcome.kind if outcome else CommitKind.NONE
-        self._record(record, agent, step, result, commit, runtime.main.tokens)
+        self._record(record, agent, step, result, commit, runtime.main.tokens, new_tokens)
         return result
 
     async def _delegate(
@@ -174,7 +184,7 @@ class ReferenceAgent:
         try:
             with use_tags(child):  # the sub-agent is its own program, with its own context
                 answer = await self._run_subagent(
-                    outcome.messages, delegation, step, started, outcome.kind, record
+                    runtime, outcome.messages, delegation, step, started, outcome.kind, record
                 )
         finally:
             if child:
@@ -184,6 +194,7 @@ class ReferenceAgent:
 
     async def _run_subagent(
         self,
+        runtime: LookaheadRuntime,
         context: list[Message],
         delegation: Delegation,
         step: int,
@@ -191,17 +202,20 @@ class ReferenceAgent:
         commit: CommitKind,
         record: AgentRun,
     ) -> str:
-        messages = list(context)
+        messages, new = list(context), list(context)
         for index, planned in enumerate([*delegation.subagent_calls, None]):
             result = await self.llm.chat(messages, max_tokens=self.max_tokens, started_at=started)
-            self._record(record, "sub", step, result, commit if index == 0 else CommitKind.NONE, 0)
+            new_tokens = sum(count_message(runtime.main.token_counter, m) for m in new)
+            first_commit = commit if index == 0 else CommitKind.NONE
+            self._record(record, "sub", step, result, first_commit, 0, new_tokens)
             if planned is None:
                 return result.message.get("content") or ""
             call = planned_tool_call(planned, f"sub_{step}_{index}")
-            messages += [
+            new = [
                 {**result.message, "tool_calls": [call]},
                 tool_message(call, await self.tools.call(planned.name, planned.arguments)),
             ]
+            messages += new
             started = time.perf_counter()
         return ""
 
@@ -213,6 +227,7 @@ class ReferenceAgent:
         result: ChatResult,
         commit: CommitKind,
         context_tokens: int,
+        new_tokens: int,
     ) -> None:
         turn = TurnRecord(
             agent=agent,
@@ -222,6 +237,7 @@ class ReferenceAgent:
             context_tokens=context_tokens,
             prompt_tokens=result.prompt_tokens,
             cached_tokens=result.cached_tokens,
+            new_tokens=new_tokens,
         )
         record.turns.append(turn)
         if self.on_turn is not None:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import math
 import platform
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -221,6 +222,29 @@ def p50(values: Sequence[float]) -> float:
     return percentile(values, 50)
 
 
+# Normal turns within this fraction of a transform turn's new tokens count as the same size.
+SAME_SIZE_TOLERANCE = 0.25
+
+
+def transform_vs_same_size_normal(run: dict[str, Any]) -> float:
+    """p50 over transform turns of TTFT / (p50 TTFT of the normal turns that brought as many new
+    tokens, within SAME_SIZE_TOLERANCE). A commit tends to fall on the turn whose large tool output
+    pushed the context over the limit; that output is prefilled in either mode, so this is what
+    the physical limit "a transform turn costs what a normal turn costs" compares. NaN where no
+    normal turn matches (or the run predates the token lists)."""
+    normal = list(zip(run.get("normal_new_tokens", []), run["normal_ttft_s"], strict=False))
+    ratios = []
+    for ttft, new in zip(
+        run["transform_ttft_s"], run.get("transform_new_tokens", []), strict=False
+    ):
+        same_size = [
+            n_ttft for n_new, n_ttft in normal if abs(n_new - new) <= SAME_SIZE_TOLERANCE * new
+        ]
+        if same_size:
+            ratios.append(ttft / p50(same_size))
+    return p50(ratios)
+
+
 def summary_rows(document: dict[str, Any]) -> list[dict[str, Any]]:
     rows = []
     for name, runs in document["strategies"].items():
@@ -238,6 +262,7 @@ def summary_rows(document: dict[str, Any]) -> list[dict[str, Any]]:
                 "transform_vs_normal": look_t / p50(look["normal_ttft_s"])
                 if look["normal_ttft_s"]
                 else float("nan"),
+                "transform_vs_same_size_normal": transform_vs_same_size_normal(look),
                 "transform_turns": look["transform_turns"],
                 "hit_rate": look["lookahead_hits"] / look["transform_turns"]
                 if look["transform_turns"]
@@ -268,6 +293,7 @@ def print_table(document: dict[str, Any]) -> None:
         "sync N p50",
         "lookahead N p50",
         "T/N",
+        "T/N same size",
         "hits",
         "stale",
         "fallbacks",
@@ -285,6 +311,9 @@ def print_table(document: dict[str, Any]) -> None:
             f"{row['sync_normal_p50_s']:.2f}s",
             f"{row['lookahead_normal_p50_s']:.2f}s",
             f"{row['transform_vs_normal']:.2f}x",
+            "-"
+            if math.isnan(row["transform_vs_same_size_normal"])
+            else f"{row['transform_vs_same_size_normal']:.2f}x",
             f"{row['hit_rate']:.0%} of {row['transform_turns']}",
             str(row["stale"]),
             str(row["fallbacks"]),

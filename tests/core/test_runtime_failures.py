@@ -42,6 +42,12 @@ class RecordingWarmer:
         self.closed = True
 
 
+def runtime_with(warmer: object, counter: object, *, hard: int = 9) -> LookaheadRuntime:
+    """A runtime whose lookahead starts at 5 tokens and commits at `hard`, warming with `warmer`."""
+    policy = CountingPolicy(soft=5, hard=hard)
+    return LookaheadRuntime(policy, messages=history(0), token_counter=counter, warmer=warmer)
+
+
 async def drive_to_commit(runtime: LookaheadRuntime, *, settle: bool = True) -> list[Message]:
     """Grow the history past the soft trigger, let the lookahead run, then reach the hard limit."""
     for i in range(6):
@@ -177,10 +183,7 @@ class ChunkedWarmer(RecordingWarmer):
 async def test_a_warmup_cancelled_by_the_commit_still_counts_the_chunks_it_sent(
     approx_counter,
 ) -> None:
-    policy = CountingPolicy(soft=5, hard=9)
-    runtime = LookaheadRuntime(
-        policy, messages=history(0), token_counter=approx_counter, warmer=ChunkedWarmer()
-    )
+    runtime = runtime_with(ChunkedWarmer(), approx_counter)
     await drive_to_commit(runtime, settle=False)
     assert (await runtime.commit()).kind is CommitKind.HIT
     assert runtime.stats.background_prompt_tokens == 120
@@ -193,10 +196,7 @@ async def test_warmup_prefills_what_the_commit_will_send_including_the_suffix(
     approx_counter,
 ) -> None:
     warmer = RecordingWarmer()
-    policy = CountingPolicy(soft=5, hard=12)
-    runtime = LookaheadRuntime(
-        policy, messages=history(0), token_counter=approx_counter, warmer=warmer
-    )
+    runtime = runtime_with(warmer, approx_counter, hard=12)
     for i in range(6):
         runtime.append(user(f"a{i}"))
     await runtime.boundary()
@@ -250,3 +250,47 @@ async def test_newer_boundaries_coalesce_while_a_lookahead_runs(approx_counter) 
     assert runtime.stats.lookaheads_started == 1
     assert runtime.stats.superseded_boundaries == 3  # four boundaries pending, one kept
     await runtime.aclose()
+
+
+class FinishingWarmer(RecordingWarmer):
+    """Warms in 50 ms chunks; told a commit waits (`finish_warm_up`), it ends after the chunk
+    in flight, as `LlamaCppWarmer` does."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.finishing = False
+        self.chunks_done = 0
+        self.finish_calls: list[str] = []
+
+    def finish_warm_up(self, program_id: str) -> None:
+        self.finish_calls.append(program_id)
+        self.finishing = True
+
+    async def warm(
+        self, messages: Sequence[Message], *, shape: RequestShape, open_last: bool = False
+    ) -> WarmupResult:
+        self.finishing = False
+        for _ in range(100):
+            if self.finishing:
+                break
+            await asyncio.sleep(0.05)
+            self.chunks_done += 1
+        self.warmed.append(list(messages))
+        return WarmupResult(prompt_tokens=10 * self.chunks_done, cached_tokens=0, seconds=0.0)
+
+
+async def test_a_commit_lets_the_warm_up_chunk_in_flight_finish_then_stops_it(
+    approx_counter,
+) -> None:
+    warmer = FinishingWarmer()
+    runtime = runtime_with(warmer, approx_counter)
+    await drive_to_commit(runtime, settle=False)
+    await asyncio.sleep(0.12)  # the transform is done, the warm-up is in its third chunk
+    outcome = await runtime.commit()
+    assert outcome.kind is CommitKind.HIT
+    assert warmer.finish_calls == [runtime.tags.program_id]
+    assert 2 <= warmer.chunks_done <= 4  # it ended after the chunk in flight, not 100 chunks
+    assert runtime.stats.warmups == 1  # completed (stopped early), not cancelled
+    assert 0 < outcome.waited_s < 0.2
+    await runtime.aclose()
+    assert_no_tasks_left()

@@ -104,6 +104,20 @@ async def test_promotion_releases_waiting_work_of_that_group_only() -> None:
     other.cancel()
 
 
+async def test_a_waiter_that_no_longer_wants_to_send_leaves_a_closed_gate() -> None:
+    registry = ForegroundRegistry()
+    gate = SlackGate("http://engine:1", poll_s=0.005, registry=registry)
+    registry.begin("http://engine:1")  # a foreground prefill holds the gate closed
+    stop = False
+    with use_tags(RequestTags("p").lookahead("g")):
+        waiter = asyncio.create_task(gate.wait(until=lambda: stop))
+        await asyncio.sleep(0.03)
+        assert not waiter.done()
+        stop = True
+        await asyncio.wait_for(waiter, 1)
+    assert registry.prefilling("http://engine:1") == 1  # it left without slack
+
+
 def test_slot_pairs_pin_foreground_and_lookahead_and_swap_on_commit() -> None:
     pairs = SlotPairs()
     pairs.configure("http://e", 5)

@@ -1,0 +1,116 @@
+"""`bench ttft` (what `demo` runs): the JSON it writes, from a short run on the real embedded
+engine, and the same-size comparison of transform and normal turns."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import math
+from pathlib import Path
+
+import pytest
+
+from lookahead_sdk.agent.loop import TurnRecord
+from lookahead_sdk.bench.ttft import (
+    TtftBenchConfig,
+    plot,
+    print_table,
+    run_ttft_bench,
+    summary_rows,
+    transform_vs_same_size_normal,
+)
+from lookahead_sdk.engine.testing import embedded_engine  # noqa: F401  (session fixture)
+
+RUN_FIELDS = {
+    "transform_ttft_s": list,
+    "normal_ttft_s": list,
+    "transform_turns": int,
+    "lookahead_hits": int,
+    "stale": int,
+    "fallbacks": int,
+    "extra_prompt_tokens": int,
+    "cached_prompt_tokens": int,
+}
+
+
+def run(transform: list[tuple[float, int]], normal: list[tuple[float, int]]) -> dict:
+    return {
+        "transform_ttft_s": [t for t, _ in transform],
+        "transform_new_tokens": [n for _, n in transform],
+        "normal_ttft_s": [t for t, _ in normal],
+        "normal_new_tokens": [n for _, n in normal],
+    }
+
+
+def test_transform_turns_are_compared_with_normal_turns_that_brought_as_much() -> None:
+    normal = [(0.5, 100), (0.6, 110), (1.8, 340), (2.0, 360), (9.0, 2000)]
+    # A 350-token commit turn against the 340/360-token normal turns (p50 1.9 s), not the small ones.
+    assert transform_vs_same_size_normal(run([(1.9, 350)], normal)) == pytest.approx(1.0)
+    ratios = transform_vs_same_size_normal(run([(3.8, 350), (0.55, 105), (1.1, 105)], normal))
+    assert ratios == pytest.approx(2.0)  # p50 of 2.0, 1.0, 2.0
+    assert math.isnan(transform_vs_same_size_normal(run([(1.0, 800)], normal)))  # none that size
+    legacy = {"transform_ttft_s": [1.0], "normal_ttft_s": [0.5]}  # written before the lists
+    assert math.isnan(transform_vs_same_size_normal(legacy))
+
+
+@pytest.mark.engine
+def test_bench_ttft_document_on_the_embedded_engine(embedded_engine, tmp_path: Path) -> None:  # noqa: F811
+    config = TtftBenchConfig(
+        base_url=embedded_engine.base_url,
+        strategies=("keep_recent", "isolate"),
+        steps=9,
+        isolate_steps=2,
+        window_tokens=2048,  # thresholds scale with it: the commit comes within a few steps
+        tool_output_tokens=(100, 120),
+        large_output_every=0,
+        tool_latency_s=0.4,
+        max_tokens=4,
+    )
+    runs_started: list[str] = []
+    turns: list[tuple[str, TurnRecord]] = []
+    document = asyncio.run(
+        run_ttft_bench(
+            config,
+            on_turn=lambda turn: turns.append((runs_started[-1], turn)),
+            on_run=lambda strategy, mode: runs_started.append(strategy),
+        )
+    )
+
+    assert document["agents"] == 1 and document["steps"] == 9
+    assert "llama.cpp" in document["engine"] and document["window_tokens"] == 2048
+    assert set(document["strategies"]) == {"keep_recent", "isolate"}
+    for name, runs in document["strategies"].items():
+        assert set(runs) == {"sync", "lookahead"}
+        for mode, result in runs.items():
+            for key, kind in RUN_FIELDS.items():
+                assert isinstance(result[key], kind), (name, mode, key)
+            assert result["transform_turns"] == len(result["transform_ttft_s"]) >= 1, (name, mode)
+            assert len(result["transform_new_tokens"]) == result["transform_turns"]
+            assert len(result["normal_new_tokens"]) == len(result["normal_ttft_s"])
+            assert all(t > 0 for t in result["transform_ttft_s"] + result["normal_ttft_s"])
+            assert result["stale"] == 0
+        sync, look = runs["sync"], runs["lookahead"]
+        assert sync["lookahead_hits"] == 0 and sync["extra_prompt_tokens"] == 0
+        assert look["lookahead_hits"] + look["fallbacks"] == look["transform_turns"]
+        assert look["lookahead_hits"] >= 1 and look["extra_prompt_tokens"] > 0
+        # Same seeded workload in both modes: the same number of turns.
+        assert len(sync["transform_ttft_s"]) + len(sync["normal_ttft_s"]) == len(
+            look["transform_ttft_s"]
+        ) + len(look["normal_ttft_s"])
+    assert len(turns) == sum(
+        len(r["transform_ttft_s"]) + len(r["normal_ttft_s"])
+        for runs in document["strategies"].values()
+        for r in runs.values()
+    )
+    # Each normal turn after the first of a reading agent brings its reply and one read.
+    main_normal = [
+        t for name, t in turns if name == "keep_recent" and not t.is_transform_turn and t.step
+    ]
+    assert main_normal and all(t.new_tokens >= 100 for t in main_normal)
+
+    rows = summary_rows(document)
+    assert [row["strategy"] for row in rows] == ["keep_recent", "isolate"]
+    assert all(0 < row["ratio"] for row in rows)
+    json.dumps(document, allow_nan=False)  # the JSON file is strict JSON
+    assert plot(document, tmp_path / "ttft.png").stat().st_size > 10_000
+    print_table(document)

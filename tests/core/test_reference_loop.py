@@ -1,0 +1,71 @@
+"""The reference agent loop feeds the runtime every segment: the model's turn is a boundary, so a
+ready lookahead warms it while the tools run and the commit turn prefills only the newest output."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Sequence
+from typing import Any
+
+from lookahead_sdk import CommitKind
+from lookahead_sdk.agent.llm import ChatResult
+from lookahead_sdk.agent.loop import ReferenceAgent
+from lookahead_sdk.agent.workload import PlannedCall
+from lookahead_sdk.messages import Message
+from lookahead_sdk.strategies import KeepRecent
+from lookahead_sdk.tools import Tool, ToolRegistry
+
+from .test_runtime_failures import RecordingWarmer
+
+STEPS = 12
+
+
+class ScriptedLLM:
+    """Answers every turn with a short assistant message (the plan supplies the tool calls)."""
+
+    model = "scripted"
+
+    def __init__(self) -> None:
+        self.prompts: list[list[Message]] = []
+
+    async def chat(self, messages: Sequence[Message], **_: Any) -> ChatResult:
+        self.prompts.append(list(messages))
+        await asyncio.sleep(0.01)  # the model takes time: background work runs meanwhile
+        message = {"role": "assistant", "content": f"reading part {len(self.prompts)}"}
+        return ChatResult(message, 0.0, 0.0, 0, 0, 0)
+
+
+async def test_model_turn_is_warmed_while_its_tools_run(approx_counter) -> None:
+    warmer = RecordingWarmer()
+    warmed_while_tool_ran: list[Message | None] = []
+
+    async def probe(part: int) -> str:
+        await asyncio.sleep(0.02)  # a tool takes time: the warm-up of the turn runs meanwhile
+        warmed_while_tool_ran.append(warmer.warmed[-1][-1] if warmer.warmed else None)
+        return f"part {part}: " + "source line " * 60
+
+    tool = Tool("probe", "read a part", {"type": "object", "properties": {}}, probe)
+    llm = ScriptedLLM()
+    agent = ReferenceAgent(
+        llm,  # type: ignore[arg-type]
+        ToolRegistry([tool]),
+        policy=KeepRecent(budget=400, lookahead_at=700, hard_limit=1200),
+        warmer=warmer,
+        token_counter=approx_counter,
+        window_tokens=4096,
+    )
+    plan = [PlannedCall("probe", {"part": step}) for step in range(STEPS)]
+    run = await agent.run("system", "task", plan=plan)
+
+    assert run.stats.hits >= 1 and run.stats.fallbacks == 0
+    # Each completed step is two segments: the model's turn and its tool output.
+    assert run.stats.boundaries == 2 * STEPS
+    # Once a lookahead was ready, the warm-up running during a tool call had the model's call.
+    warmed_calls = [
+        message
+        for message in warmed_while_tool_ran
+        if message is not None and message.get("role") == "assistant"
+    ]
+    assert warmed_calls and all(message.get("tool_calls") for message in warmed_calls)
+    hit_turns = [turn for turn in run.turns if turn.commit is CommitKind.HIT]
+    assert len(hit_turns) == run.stats.hits
