@@ -431,11 +431,12 @@ class LookaheadRuntime:
         open_last = self.policy.commit_mode == "spawn" and lookahead.covered_partial is not None
         tags = self.tags.lookahead(group_id, commit_deadline_ms=self._commit_deadline_ms())
         # How much of it the live context holds (a warmer may seed the warm-up from it).
+        shared = self.main.shared_prefix_messages(messages)
         self._notify_warmer(
             "live_prefix",
             self.tags.program_id,
-            self.main.shared_prefix_share(messages),
-            shared_messages=self.main.shared_prefix_messages(messages),
+            self.main.shared_prefix_share(messages, shared_messages=shared),
+            shared_messages=shared,
         )
         spend = WarmupSpend()
         reports = {"spend": spend} if self._warmer_reports_spend else {}

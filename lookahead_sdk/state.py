@@ -104,10 +104,15 @@ class MainState:
             shared += 1
         return shared
 
-    def shared_prefix_share(self, messages: Sequence[Message]) -> float:
+    def shared_prefix_share(
+        self, messages: Sequence[Message], *, shared_messages: int | None = None
+    ) -> float:
         """The share (0..1, in tokens) of `messages` that starts with this history's leading
-        messages unchanged: what a prefix cache holding this history can reuse for it."""
-        shared = self.shared_prefix_messages(messages)
+        messages unchanged: what a prefix cache holding this history can reuse for it.
+        `shared_messages`: `shared_prefix_messages(messages)`, if the caller has it already."""
+        shared = (
+            self.shared_prefix_messages(messages) if shared_messages is None else shared_messages
+        )
         rest = sum(count_message(self.token_counter, m) for m in messages[shared:])
         total = self._token_prefix[shared] + rest
         return self._token_prefix[shared] / total if total else 0.0

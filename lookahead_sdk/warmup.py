@@ -299,12 +299,14 @@ class LlamaCppWarmer(_HttpWarmer):
         if not shared:
             return None
         try:
-            rendered = await self.render(shared, shape)
-            tokenized = await self._post("/tokenize", {"content": rendered, "parse_special": True})
+            live_ids = await self._tokenize(await self.render(shared, shape))
         except httpx.HTTPError as error:
             log.warning("could not measure the copied live prefix: %r", error)
             return None
-        return common_prefix_length(ids, tokenized["tokens"])
+        return common_prefix_length(ids, live_ids)
+
+    async def _tokenize(self, prompt: str) -> list[int]:
+        return (await self._post("/tokenize", {"content": prompt, "parse_special": True}))["tokens"]
 
     async def _apply_template(self, messages: Sequence[Message], shape: RequestShape) -> str:
         body = {**shape.chat_fields(), "messages": list(messages)}
@@ -341,7 +343,7 @@ class LlamaCppWarmer(_HttpWarmer):
         if self.gate is None:
             prefilled, cached = await self._prefill(prompt)
             return WarmupResult(prefilled + cached, cached, time.perf_counter() - started)
-        ids = (await self._post("/tokenize", {"content": prompt, "parse_special": True}))["tokens"]
+        ids = await self._tokenize(prompt)
         if not ids:
             return WarmupResult(0, 0, time.perf_counter() - started)
         tags = current_tags()
