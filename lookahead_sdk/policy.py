@@ -151,6 +151,13 @@ class ContextPolicy(ABC):
     @abstractmethod
     def should_commit(self, main: MainState, lookahead: LookaheadState) -> bool: ...
 
+    def should_commit_ahead(self, main: MainState, lookahead: LookaheadState) -> bool:
+        """Asked when the model's turn has ended and its tools are about to run: True commits at
+        the next model call even if their outputs leave the history below the limit, because
+        they could take it over. The decision precedes the outputs, so the commit turn carries
+        an ordinary one, and the commit's own tail is warmed while the tools run."""
+        return False
+
     def should_promote(self, main: MainState, lookahead: LookaheadState) -> bool:
         """At commit time with the lookahead still running: True waits for it at LC priority,
         False abandons it for the synchronous transform."""
@@ -211,6 +218,9 @@ class Pipeline(ContextPolicy):
 
     def should_commit(self, main: MainState, lookahead: LookaheadState) -> bool:
         return any(stage.should_commit(main, lookahead) for stage in self.stages)
+
+    def should_commit_ahead(self, main: MainState, lookahead: LookaheadState) -> bool:
+        return any(stage.should_commit_ahead(main, lookahead) for stage in self.stages)
 
     def should_promote(self, main: MainState, lookahead: LookaheadState) -> bool:
         return all(stage.should_promote(main, lookahead) for stage in self.stages)

@@ -12,6 +12,9 @@ Guarantees:
   runs coalesce into one pending boundary (the newest supersedes older ones);
 - a result is committed only if the prefix it covers is still exactly the start of the live
   history (prefix signature); otherwise it is stale and the synchronous transform runs instead;
+- a commit the policy decides ahead (`should_commit_ahead`, when a model turn ends with tool
+  calls) happens at the next model call, in both modes, if the history still extends the prefix
+  it was decided on;
 - a failed or timed-out lookahead falls back to the synchronous transform; a failed warm-up only
   loses the cache benefit, never the result;
 - `aclose()` cancels and awaits everything it started.
@@ -71,6 +74,7 @@ class CommitOutcome:
     reason: str = ""
     waited_s: float = 0.0  # time spent waiting for a running lookahead (after promotion)
     transform_s: float = 0.0  # synchronous transform time on the critical path
+    decided_ahead: bool = False  # decided when the model's turn ended (`should_commit_ahead`)
 
     @property
     def committed(self) -> bool:
@@ -197,6 +201,9 @@ class LookaheadRuntime:
             self._notify_warmer("attach", self.tags.program_id)
         self._closed = False
         self._committing = False  # no new background work while a commit decides
+        # Where `should_commit_ahead` held (history length, its signature): the next model call
+        # commits while the history still extends that prefix.
+        self._commit_due_at: tuple[int, bytes] | None = None
 
     # -- feeding the live history ------------------------------------------------------------
     def append(self, *messages: Message) -> None:
@@ -207,8 +214,33 @@ class LookaheadRuntime:
         """A segment (turn, tool output, chunk of a streamed instruction) just completed."""
         self._check_open()
         self.stats.boundaries += 1
+        if (
+            self.policy.commit_mode == "replace"
+            and self._tools_pending()
+            and self.policy.should_commit_ahead(self.main, self.lookahead)
+        ):
+            # Decided in both modes, so both commit on the same turn.
+            end = len(self.main)
+            self._commit_due_at = (end, self.main.prefix_signature(end) or b"")
         if self.mode == "lookahead":
             self._on_boundary()
+
+    @property
+    def commit_due(self) -> bool:
+        """A commit was decided ahead and the history still extends the prefix it was decided on."""
+        if self._commit_due_at is None:
+            return False
+        end, signature = self._commit_due_at
+        return self.main.prefix_signature(end) == signature
+
+    def _tools_pending(self) -> bool:
+        """The model's turn just ended with tool calls whose outputs are still to come."""
+        messages = self.main.messages
+        return (
+            bool(messages)
+            and messages[-1]["role"] == "assistant"
+            and bool(messages[-1].get("tool_calls"))
+        )
 
     async def stream_boundary(self, text: str, *, tool_name: str | None = None) -> None:
         """The assistant output streamed so far (used by Isolate to prefill while it is written)."""
@@ -236,7 +268,7 @@ class LookaheadRuntime:
             self.policy.commit_mode == "spawn"
             and self._spawned_at == main.prefix_signature(len(main))
         )
-        if already_spawned or not self.policy.should_commit(main, lookahead):
+        if already_spawned or not (self.commit_due or self.policy.should_commit(main, lookahead)):
             return CommitOutcome(CommitKind.NONE, list(main.messages))
         if self.mode == "sync":
             messages, elapsed = await self._transform_now(main.messages)
@@ -302,7 +334,9 @@ class LookaheadRuntime:
     async def _finish_commit(self, outcome: CommitOutcome) -> CommitOutcome:
         # Work still in flight belongs to the lookahead just committed or dropped: obsolete now.
         await self._cancel_job()
+        outcome = replace(outcome, decided_ahead=self.commit_due)
         self._pending_boundary = False
+        self._commit_due_at = None
         self.stats.commits += 1
         if self.lookahead.group_id:
             FOREGROUND.forget(self.lookahead.group_id)
@@ -364,9 +398,13 @@ class LookaheadRuntime:
             return
         self._pending_boundary = False
         main, lookahead = self.main, self.lookahead
-        if self.policy.commit_mode == "replace" and self.policy.should_commit(main, lookahead):
+        commits_next = self.commit_due and not self._tools_pending()
+        if self.policy.commit_mode == "replace" and (
+            commits_next or self.policy.should_commit(main, lookahead)
+        ):
             # The next model call commits: background work started now would only make it wait
             # for what it does itself (prefill the newest suffix, or transform synchronously).
+            # While the tools of a commit decided ahead run, warming the model's turn still pays.
             return
         if self.policy.should_lookahead(main, lookahead):
             self._start_lookahead(main.snapshot())
@@ -377,6 +415,8 @@ class LookaheadRuntime:
     def _start_lookahead(self, snapshot: Snapshot) -> None:
         group_id = f"{self.tags.program_id}:{self.policy.name}:s{self.main.turn}:{self.stats.lookaheads_started}"
         previous = self.lookahead.group_id
+        if previous is not None:
+            FOREGROUND.forget(previous)
         if self.lookahead.status is LookaheadStatus.READY and previous is not None:
             # A ready result superseded by a newer one (e.g. Isolate's next chunk): its work is
             # wasted only if the newer one is.
@@ -542,6 +582,11 @@ class LookaheadRuntime:
             "policy": self.policy.name,
             "messages": list(self.main.messages),
             "turn": self.main.turn,
+            "commit_due_at": (
+                [self._commit_due_at[0], self._commit_due_at[1].hex()]
+                if self._commit_due_at
+                else None
+            ),
             "stats": asdict(self.stats),
             "lookahead": {"status": lookahead.status.value},
         }
@@ -572,6 +617,8 @@ class LookaheadRuntime:
             self._job.cancel()
         self.main.replace(state["messages"])
         self.main.turn = int(state["turn"])
+        due = state.get("commit_due_at")
+        self._commit_due_at = (int(due[0]), bytes.fromhex(due[1])) if due else None
         self.stats = RuntimeStats(**state["stats"])
         self.lookahead = LookaheadState()
         saved = state["lookahead"]

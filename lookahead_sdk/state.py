@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import time
+from collections import deque
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
@@ -18,6 +19,7 @@ from lookahead_sdk.messages import (
 from lookahead_sdk.tokens import TokenCounter, auto_token_counter, count_message
 
 EMPTY_SIGNATURE = b"\x00" * 16
+RECENT_TURNS = 8  # turns `largest_recent_turn_tokens` looks back over
 
 
 @dataclass(frozen=True)
@@ -71,6 +73,7 @@ class MainState:
         self.partial_output: PartialOutput | None = None
         # Smoothed tokens added per assistant turn: lets policies trigger a few turns ahead.
         self.tokens_per_turn: float | None = None
+        self._recent_turn_growth: deque[int] = deque(maxlen=RECENT_TURNS)
         self._tokens_at_last_turn: int | None = None
         self._append(messages, count_turns=True)
 
@@ -91,6 +94,11 @@ class MainState:
     def tokens_between(self, start: int, end: int | None = None) -> int:
         end = len(self._messages) if end is None else end
         return self._token_prefix[end] - self._token_prefix[start]
+
+    @property
+    def largest_recent_turn_tokens(self) -> int | None:
+        """The most tokens one turn (reply + tool outputs) added, over the last few turns."""
+        return max(self._recent_turn_growth, default=None)
 
     def message_tokens(self, index: int) -> int:
         return self._message_tokens[index]
@@ -163,6 +171,7 @@ class MainState:
         if previous is None or tokens <= previous:
             return
         growth = tokens - previous
+        self._recent_turn_growth.append(growth)
         smoothed = self.tokens_per_turn
         self.tokens_per_turn = growth if smoothed is None else smoothed + 0.3 * (growth - smoothed)
 

@@ -2,9 +2,10 @@
 """Print every model turn of one `bench ttft` strategy, sync then lookahead, on the embedded
 engine: TTFT, the commit on that turn, and how many prompt tokens the engine had to compute.
 
-It shows what a transform turn costs against normal turns that prefill as much: the commit of a
-limit-triggered strategy tends to fall on the turn whose large tool output pushed the context
-over the limit, and that newest output is prefilled in either mode.
+It shows what a transform turn costs against normal turns that prefill as much: a hit computes
+only the newest tool output, as a normal turn does. (With `commit_ahead=False` the commit of a
+limit-triggered strategy tends to fall on the turn whose large output pushed the context over
+the limit, and that output is prefilled in either mode.)
 
     python scripts/trace_turns.py keep_recent [--steps 28] [--agents 1] [--tool-latency S]
 """

@@ -154,6 +154,10 @@ class ReferenceAgent:
             await runtime.stream_boundary(text, tool_name=tool_name or stream_tool)
 
         streaming = runtime.policy.commit_mode == "spawn" and runtime.mode == "lookahead"
+        if streaming and stream_tool:
+            # The tool is known before its arguments stream (a tool-calling model streams the
+            # name first): its context is prefilled from here, even if no argument text follows.
+            await runtime.stream_boundary("", tool_name=stream_tool)
         result = await self.llm.chat(
             messages,
             max_tokens=self.instruction_tokens if stream_tool else self.max_tokens,

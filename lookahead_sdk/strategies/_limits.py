@@ -14,11 +14,19 @@ IDLE_STATES = (LookaheadStatus.IDLE, LookaheadStatus.FAILED, LookaheadStatus.STA
 
 class LimitTriggered(ContextPolicy):
     """Commit at `hard_limit`; start the lookahead at `lookahead_at` or `lead_turns` turns ahead
-    of the hard limit at the history's measured growth per turn, whichever comes first."""
+    of the hard limit at the history's measured growth per turn, whichever comes first.
+
+    With `commit_ahead`, the commit is also decided when a model turn ends with tool calls and
+    the history is within one turn of the limit (the largest turn of the last few, at most
+    1/8 of the limit): the outputs to come could take it over. The commit turn is then decided
+    before its outputs exist, so it brings an ordinary output, not the large one that pushed
+    the history over; its tail is warmed while the tools run. A synchronous run decides the
+    same way, so both commit on the same turns."""
 
     hard_limit: Budget
     lookahead_at: Budget | None
     lead_turns: float
+    commit_ahead: bool
 
     def _check_limits(self) -> None:
         resolve_budget(self.hard_limit, 32768, "hard_limit")
@@ -70,7 +78,10 @@ class LimitTriggered(ContextPolicy):
         (a trigger the next turn already crosses gives the background work no time)."""
         hard = self.hard_tokens(main)
         growth = main.tokens_per_turn
-        predicted = None if growth is None else max(0, hard - int(self.lead_turns * growth))
+        reserve = self.next_turn_reserve(main)  # a commit decided ahead comes that much earlier
+        predicted = (
+            None if growth is None else max(0, hard - reserve - int(self.lead_turns * growth))
+        )
         if self.lookahead_at is None:
             return int(hard * SOFT_LIMIT / HARD_LIMIT) if predicted is None else predicted
         soft = resolve_budget(self.lookahead_at, main.window_tokens, "lookahead_at")
@@ -78,13 +89,23 @@ class LimitTriggered(ContextPolicy):
             raise ValueError(
                 f"lookahead_at resolves to {soft} tokens, not below hard_limit's {hard}"
             )
+        soft = max(0, soft - reserve)
         return soft if predicted is None else min(soft, predicted)
 
     def should_lookahead(self, main: MainState, lookahead: LookaheadState) -> bool:
         return lookahead.status in IDLE_STATES and main.tokens >= self.soft_tokens(main)
 
+    def next_turn_reserve(self, main: MainState) -> int:
+        """Tokens the next turn may add, as `commit_ahead` reckons it."""
+        if not self.commit_ahead:
+            return 0
+        return min(main.largest_recent_turn_tokens or 0, self.hard_tokens(main) // 8)
+
     def should_commit(self, main: MainState, lookahead: LookaheadState) -> bool:
         return main.tokens >= self.hard_tokens(main)
 
+    def should_commit_ahead(self, main: MainState, lookahead: LookaheadState) -> bool:
+        return self.commit_ahead and self.tokens_until_commit(main) == 0
+
     def tokens_until_commit(self, main: MainState) -> int | None:
-        return max(0, self.hard_tokens(main) - main.tokens)
+        return max(0, self.hard_tokens(main) - self.next_turn_reserve(main) - main.tokens)

@@ -53,6 +53,7 @@ class KeepRecent(LimitTriggered):
     hard_limit: Budget = HARD_LIMIT
     lookahead_at: Budget | None = None
     lead_turns: float = 3.0
+    commit_ahead: bool = True
 
     name = "keep_recent"
 

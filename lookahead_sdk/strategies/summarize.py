@@ -39,6 +39,7 @@ class Summarize(LimitTriggered):
     summary_tokens: int = 128
     instruction: str = DEFAULT_INSTRUCTION
     lead_turns: float = 3.0
+    commit_ahead: bool = True
 
     name = "summarize"
 

@@ -12,11 +12,13 @@ from lookahead_sdk import (
     ContextPolicy,
     LookaheadState,
     MainState,
+    RequestShape,
     TransformContext,
     TransformResult,
 )
 from lookahead_sdk.messages import Message
 from lookahead_sdk.state import LookaheadStatus
+from lookahead_sdk.warmup import WarmupResult
 
 
 def digest(messages: Sequence[Message]) -> str:
@@ -36,11 +38,13 @@ def drop_middle(messages: Sequence[Message]) -> list[Message]:
 
 @dataclass
 class CountingPolicy(ContextPolicy):
-    """Lookahead at `soft` messages, commit at `hard`; the transform sleeps `delays[i]` seconds on
-    its i-th call and raises when the input digest is in `fail_on`."""
+    """Lookahead at `soft` messages, commit at `hard` (decided ahead at `ahead`, if set, when a
+    model turn ends with tool calls); the transform sleeps `delays[i]` seconds on its i-th call
+    and raises when the input digest is in `fail_on`."""
 
     soft: int = 6
     hard: int = 9
+    ahead: int | None = None
     delays: list[float] = field(default_factory=list)
     fail_on: set[str] = field(default_factory=set)
     seen_inputs: list[tuple[bool, list[Message]]] = field(default_factory=list)
@@ -57,6 +61,9 @@ class CountingPolicy(ContextPolicy):
     def should_commit(self, main: MainState, lookahead: LookaheadState) -> bool:
         return len(main) >= self.hard
 
+    def should_commit_ahead(self, main: MainState, lookahead: LookaheadState) -> bool:
+        return self.ahead is not None and len(main) >= self.ahead
+
     async def transform(
         self, messages: Sequence[Message], ctx: TransformContext
     ) -> TransformResult:
@@ -72,3 +79,26 @@ class CountingPolicy(ContextPolicy):
 
 def user(text: str) -> Message:
     return {"role": "user", "content": text}
+
+
+class RecordingWarmer:
+    def __init__(self, *, fail: bool = False, hang: bool = False) -> None:
+        self.fail, self.hang = fail, hang
+        self.warmed: list[list[Message]] = []
+        self.closed = False
+
+    async def warm(
+        self, messages: Sequence[Message], *, shape: RequestShape, open_last: bool = False
+    ) -> WarmupResult:
+        if self.hang:
+            await asyncio.sleep(3600)
+        if self.fail:
+            raise ConnectionError("engine unreachable")
+        self.warmed.append(list(messages))
+        return WarmupResult(prompt_tokens=10 * len(messages), cached_tokens=0, seconds=0.0)
+
+    async def promote(self, group_id: str) -> None:
+        return None
+
+    async def aclose(self) -> None:
+        self.closed = True

@@ -10,12 +10,12 @@ from typing import Any
 from lookahead_sdk import CommitKind
 from lookahead_sdk.agent.llm import ChatResult
 from lookahead_sdk.agent.loop import ReferenceAgent
-from lookahead_sdk.agent.workload import PlannedCall
+from lookahead_sdk.agent.workload import Delegation, PlannedCall
 from lookahead_sdk.messages import Message
-from lookahead_sdk.strategies import KeepRecent
+from lookahead_sdk.strategies import Isolate, KeepRecent
 from lookahead_sdk.tools import Tool, ToolRegistry
 
-from .test_runtime_failures import RecordingWarmer
+from .policies import RecordingWarmer
 
 STEPS = 12
 
@@ -69,3 +69,38 @@ async def test_model_turn_is_warmed_while_its_tools_run(approx_counter) -> None:
     assert warmed_calls and all(message.get("tool_calls") for message in warmed_calls)
     hit_turns = [turn for turn in run.turns if turn.commit is CommitKind.HIT]
     assert len(hit_turns) == run.stats.hits
+
+
+class SilentLLM(ScriptedLLM):
+    """Writes nothing (no streamed delta) on every turn: an empty delegation instruction."""
+
+    async def chat(self, messages: Sequence[Message], **_: Any) -> ChatResult:
+        self.prompts.append(list(messages))
+        await asyncio.sleep(0.01)
+        return ChatResult({"role": "assistant", "content": None}, 0.0, 0.0, 0, 0, 0)
+
+
+async def test_a_delegation_warms_the_subagent_before_its_instruction_streams(
+    approx_counter,
+) -> None:
+    warmer = RecordingWarmer()
+    handover = "You review one module. " + "Handover notes. " * 40
+    agent = ReferenceAgent(
+        SilentLLM(),  # type: ignore[arg-type]
+        ToolRegistry([]),
+        policy=Isolate(subagent_system=handover),
+        warmer=warmer,
+        token_counter=approx_counter,
+        window_tokens=4096,
+    )
+    plan = [Delegation("m.py", "Delegate the review of m.py.", handover, ())]
+    run = await agent.run("system", "task", plan=plan)
+
+    # The model wrote no instruction, yet the sub-agent's context was prefilled from the start
+    # of the delegation turn, and its first call committed it.
+    assert run.stats.hits == 1 and run.stats.fallbacks == 0
+    assert warmer.warmed[0] == [
+        {"role": "system", "content": handover},
+        {"role": "user", "content": ""},
+    ]
+    assert [turn.commit for turn in run.turns if turn.agent == "sub"] == [CommitKind.HIT]

@@ -12,34 +12,11 @@ from lookahead_sdk import CommitKind, LookaheadRuntime, LookaheadStatus, Request
 from lookahead_sdk.messages import Message
 from lookahead_sdk.warmup import WarmupResult, WarmupSpend
 
-from .policies import CountingPolicy, drop_middle, user
+from .policies import CountingPolicy, RecordingWarmer, drop_middle, user
 
 
 def history(n: int) -> list[Message]:
     return [{"role": "system", "content": "s"}, *(user(f"m{i}") for i in range(n))]
-
-
-class RecordingWarmer:
-    def __init__(self, *, fail: bool = False, hang: bool = False) -> None:
-        self.fail, self.hang = fail, hang
-        self.warmed: list[list[Message]] = []
-        self.closed = False
-
-    async def warm(
-        self, messages: Sequence[Message], *, shape: RequestShape, open_last: bool = False
-    ) -> WarmupResult:
-        if self.hang:
-            await asyncio.sleep(3600)
-        if self.fail:
-            raise ConnectionError("engine unreachable")
-        self.warmed.append(list(messages))
-        return WarmupResult(prompt_tokens=10 * len(messages), cached_tokens=0, seconds=0.0)
-
-    async def promote(self, group_id: str) -> None:
-        return None
-
-    async def aclose(self) -> None:
-        self.closed = True
 
 
 def runtime_with(warmer: object, counter: object, *, hard: int = 9) -> LookaheadRuntime:

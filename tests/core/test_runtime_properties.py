@@ -1,6 +1,7 @@
-"""Property: under random interleavings of appends, boundaries, edits, slow / failing transforms and
-commits, a committed context is always the synchronous transform of exactly the prefix it covers
-plus the suffix; a stale result is never committed; nothing is left running after close."""
+"""Property: under random interleavings of appends, model turns, boundaries, edits, slow / failing
+transforms and commits (at the limit or decided ahead), a committed context is always the
+synchronous transform of exactly the prefix it covers plus the suffix; a stale result is never
+committed; nothing is left running after close."""
 
 from __future__ import annotations
 
@@ -21,13 +22,14 @@ operation = st.one_of(
     st.tuples(st.just("commit"), st.just(0)),
     st.tuples(st.just("advance"), st.integers(0, 12)),
     st.tuples(st.just("edit"), st.integers(0, 30)),
+    st.tuples(st.just("model_turn"), st.just(0)),
 )
 
 
 async def run_scenario(
     ops: list[tuple[str, int]], delays: list[float], fail_calls: set[int], counter
 ) -> None:
-    policy = CountingPolicy(soft=5, hard=9, delays=delays)
+    policy = CountingPolicy(soft=5, hard=9, ahead=7, delays=delays)
     original_transform = policy.transform
 
     async def transform(messages, ctx):
@@ -57,6 +59,11 @@ async def run_scenario(
                 await asyncio.wait({runtime._job})
         elif name == "boundary":
             await runtime.boundary()
+        elif name == "model_turn":  # a turn with a tool call: a commit may be decided ahead
+            counter_value += 1
+            call = {"id": f"c{counter_value}", "type": "function", "function": {"name": "t"}}
+            runtime.append({"role": "assistant", "content": None, "tool_calls": [call]})
+            await runtime.boundary()
         elif name == "advance":
             await asyncio.sleep(arg / 1000)
         elif name == "edit" and len(runtime.main) > 1:
@@ -67,6 +74,8 @@ async def run_scenario(
             if outcome.kind is CommitKind.NONE:
                 assert outcome.messages == before
                 continue
+            # Below the limit only a decision made ahead, on a prefix still in place, commits.
+            assert len(before) >= policy.hard or outcome.decided_ahead
             if outcome.kind is CommitKind.HIT:
                 end = outcome.covered_end
                 assert end is not None and 0 < end <= len(before)
