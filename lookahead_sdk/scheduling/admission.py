@@ -325,7 +325,9 @@ class AdmissionRound:
         4: past its deadline (checked directly: a request offered without being passed to
         `begin_round` was not triaged)."""
         deadline = descriptor.commit_deadline_ms
-        if deadline is not None and deadline < self.now_ms:
+        # As the triage: one with nothing left to prefill is never late.
+        late = deadline is not None and deadline < self.now_ms
+        if late and descriptor.remaining_prefill_tokens > 0:
             return 4
         return 3 if descriptor.rid in self._triage.shed else 2
 

@@ -58,7 +58,9 @@ def read_tool() -> StructuredTool:
 
 
 def small_keep_recent() -> KeepRecent:
-    return KeepRecent(budget=400, lookahead_at=600, hard_limit=900)
+    # At the limit: the after_model boundary is not waited for, so a commit decided ahead would
+    # depend on whether it ran before the tool output arrived.
+    return KeepRecent(budget=400, lookahead_at=600, hard_limit=900, commit_ahead=False)
 
 
 def middleware(policy: Any = None, **kwargs: Any) -> LookaheadMiddleware:
