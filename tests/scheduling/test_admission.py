@@ -468,3 +468,14 @@ def test_property_infeasible_lookaheads_never_take_room_from_feasible_ones(s) ->
     reduced = policy.plan(s["now"], s["decodes"], [d for d in s["waiting"] if d.rid not in dropped])
     for rid, decision in reduced.decisions.items():
         assert full.decisions[rid] == decision
+
+
+@pytest.mark.parametrize("disagg", [False, True])
+def test_a_lookahead_with_nothing_left_to_prefill_is_not_ranked_late(disagg: bool) -> None:
+    # Found by the property above: ranked "late" past its deadline, but not infeasible for the
+    # deadline triage, it was queued after a lookahead without a deadline.
+    waiting = [be("r0", 0), be("r1", 0, commit_deadline_ms=0.0)]
+    s = {"now": 1.0, "decodes": [], "waiting": waiting, "bound": 5.0, "max_tokens": 16384}
+    admission = scenario_policy(s, disagg=disagg).begin_round(1.0, [], waiting)
+    assert not admission.infeasible
+    assert [d.rid for d in admission.ordered(waiting)] == ["r1", "r0"]
