@@ -98,6 +98,11 @@ def with_content(message: Message, content: str) -> Message:
     return {**message, "content": content}
 
 
+def calls_tools(message: Message) -> bool:
+    """An assistant message with tool calls (their results follow it)."""
+    return message.get("role") == "assistant" and bool(message.get("tool_calls"))
+
+
 def leading_system_count(messages: Sequence[Message]) -> int:
     count = 0
     for message in messages:
@@ -118,7 +123,7 @@ def atomic_groups(messages: Sequence[Message], start: int = 0) -> list[tuple[int
     while index < len(messages):
         end = index + 1
         message = messages[index]
-        if message.get("role") == "assistant" and message.get("tool_calls"):
+        if calls_tools(message):
             pending = {call["id"] for call in message["tool_calls"]}
             while end < len(messages) and messages[end].get("role") == "tool" and pending:
                 pending.discard(messages[end].get("tool_call_id"))

@@ -32,7 +32,7 @@ from dataclasses import asdict, dataclass, replace
 from enum import StrEnum
 from typing import Any, Literal
 
-from lookahead_sdk.messages import Message
+from lookahead_sdk.messages import Message, calls_tools
 from lookahead_sdk.offload_store import OffloadStore
 from lookahead_sdk.policy import (
     CompletionClient,
@@ -235,12 +235,8 @@ class LookaheadRuntime:
 
     def _tools_pending(self) -> bool:
         """The model's turn just ended with tool calls whose outputs are still to come."""
-        messages = self.main.messages
-        return (
-            bool(messages)
-            and messages[-1]["role"] == "assistant"
-            and bool(messages[-1].get("tool_calls"))
-        )
+        last = self.main.last_message
+        return last is not None and calls_tools(last)
 
     async def stream_boundary(self, text: str, *, tool_name: str | None = None) -> None:
         """The assistant output streamed so far (used by Isolate to prefill while it is written)."""

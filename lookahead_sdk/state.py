@@ -84,6 +84,11 @@ class MainState:
             self._view = tuple(self._messages)
         return self._view
 
+    @property
+    def last_message(self) -> Message | None:
+        """The newest message, without building the `messages` view (O(1) on every boundary)."""
+        return self._messages[-1] if self._messages else None
+
     def __len__(self) -> int:
         return len(self._messages)
 

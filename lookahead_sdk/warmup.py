@@ -22,7 +22,7 @@ from typing import Any, Protocol, runtime_checkable
 import httpx
 
 from lookahead_sdk.llamacpp_slots import SLOT_PAIRS
-from lookahead_sdk.messages import Message
+from lookahead_sdk.messages import Message, calls_tools
 from lookahead_sdk.slack import ChunkSizer, SlackGate, origin_of
 from lookahead_sdk.tags import current_tags
 from lookahead_sdk.transport import WireFormat, tagged_async_http_client
@@ -278,7 +278,7 @@ class LlamaCppWarmer(_HttpWarmer):
         if open_last:
             marked = {**last, "content": f"{last.get('content') or ''}{OPEN_MESSAGE_SENTINEL}"}
             rendered = await self._apply_template([*head, marked], shape)
-        elif last.get("role") == "assistant" and last.get("tool_calls"):
+        elif calls_tools(last):
             call_id = last["tool_calls"][0].get("id", "")
             result = {"role": "tool", "tool_call_id": call_id, "content": OPEN_MESSAGE_SENTINEL}
             rendered = await self._apply_template([*messages, result], shape)
@@ -335,7 +335,7 @@ class LlamaCppWarmer(_HttpWarmer):
         while (
             messages
             and messages[-1].get("role") == "assistant"
-            and not messages[-1].get("tool_calls")
+            and not calls_tools(messages[-1])
             and not open_last
         ):
             messages.pop()
