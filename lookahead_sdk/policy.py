@@ -158,6 +158,15 @@ class ContextPolicy(ABC):
         an ordinary one, and the commit's own tail is warmed while the tools run."""
         return False
 
+    def keeps_live_prefix(self, main: MainState, lookahead: LookaheadState) -> bool:
+        """Asked when the model's turn has ended and its tools are about to run: True when the
+        next lookahead this policy starts would keep the whole history so far as its prefix
+        (it rewrites only what arrives next, as Offload does). The runtime then has a warmer
+        that can copy KV (llama.cpp slot save / restore) copy the live context, which the
+        engine holds exactly now, into the lookahead's branch while the tools run, so that
+        lookahead prefills only its rewrite and never waits for the live slot to be free."""
+        return False
+
     def should_promote(self, main: MainState, lookahead: LookaheadState) -> bool:
         """At commit time with the lookahead still running: True waits for it at LC priority,
         False abandons it for the synchronous transform."""
@@ -221,6 +230,9 @@ class Pipeline(ContextPolicy):
 
     def should_commit_ahead(self, main: MainState, lookahead: LookaheadState) -> bool:
         return any(stage.should_commit_ahead(main, lookahead) for stage in self.stages)
+
+    def keeps_live_prefix(self, main: MainState, lookahead: LookaheadState) -> bool:
+        return all(stage.keeps_live_prefix(main, lookahead) for stage in self.stages)
 
     def should_promote(self, main: MainState, lookahead: LookaheadState) -> bool:
         return all(stage.should_promote(main, lookahead) for stage in self.stages)

@@ -27,7 +27,7 @@ import contextlib
 import logging
 import math
 import time
-from collections.abc import Sequence
+from collections.abc import Coroutine, Sequence
 from dataclasses import asdict, dataclass, replace
 from enum import StrEnum
 from typing import Any, Literal
@@ -95,6 +95,7 @@ class RuntimeStats:
     promotions: int = 0
     warmups: int = 0
     warmup_failures: int = 0
+    live_copies: int = 0  # live context copied into the lookahead branch (`keeps_live_prefix`)
     overflow_transforms: int = 0
     waited_s: float = 0.0
     background_prompt_tokens: int = 0  # uncached prompt tokens of lookahead LLM calls + warm-ups
@@ -331,6 +332,13 @@ class LookaheadRuntime:
         # Work still in flight belongs to the lookahead just committed or dropped: obsolete now.
         await self._cancel_job()
         outcome = replace(outcome, decided_ahead=self.commit_due)
+        log.debug(
+            "%s commit %s (%s) waited %.2f s",
+            self.tags.program_id,
+            outcome.kind.value,
+            outcome.reason,
+            outcome.waited_s,
+        )
         self._pending_boundary = False
         self._commit_due_at = None
         self.stats.commits += 1
@@ -352,6 +360,9 @@ class LookaheadRuntime:
         other is cancelled at once (what it prefilled stays cached)."""
         job, lookahead = self._job, self.lookahead
         if job is None or job.done():
+            return 0.0
+        if lookahead.status not in (LookaheadStatus.READY, LookaheadStatus.RUNNING):
+            await self._cancel_job()  # no lookahead's work (a copy of the live context)
             return 0.0
         finish = getattr(self.warmer, "finish_warm_up", None)
         timeout = self.warmup_wait_timeout_s if finish is not None else 0.0
@@ -405,8 +416,13 @@ class LookaheadRuntime:
         if self.policy.should_lookahead(main, lookahead):
             self._start_lookahead(main.snapshot())
         elif lookahead.status is LookaheadStatus.READY and self._suffix_to_warm():
-            self._job = asyncio.create_task(self._warm(lookahead.group_id or ""))
-            self._job.add_done_callback(self._after_job)
+            self._run_job(self._warm(lookahead.group_id or ""))
+        elif (
+            self._tools_pending()
+            and hasattr(self.warmer, "fork_live")
+            and self.policy.keeps_live_prefix(main, lookahead)
+        ):
+            self._run_job(self._fork_live())
 
     def _start_lookahead(self, snapshot: Snapshot) -> None:
         group_id = f"{self.tags.program_id}:{self.policy.name}:s{self.main.turn}:{self.stats.lookaheads_started}"
@@ -419,7 +435,10 @@ class LookaheadRuntime:
             self._spent_by_group[group_id] = self._spent_by_group.pop(previous, 0)
         self.lookahead.start(snapshot, group_id)
         self.stats.lookaheads_started += 1
-        self._job = asyncio.create_task(self._lookahead_job(snapshot, group_id))
+        self._run_job(self._lookahead_job(snapshot, group_id))
+
+    def _run_job(self, work: Coroutine[Any, Any, None]) -> None:
+        self._job = asyncio.create_task(work)
         self._job.add_done_callback(self._after_job)
 
     async def _lookahead_job(self, snapshot: Snapshot, group_id: str) -> None:
@@ -496,6 +515,19 @@ class LookaheadRuntime:
         if lookahead.group_id == group_id:
             lookahead.warmed_end = end
             lookahead.timings.warmed_at = time.monotonic()
+
+    async def _fork_live(self) -> None:
+        """The engine holds exactly the live history now (the model's turn just ended): the
+        warmer copies it into the branch the next lookahead will be warmed in (see
+        `ContextPolicy.keeps_live_prefix`)."""
+        try:
+            copied = await self.warmer.fork_live(  # type: ignore[union-attr]
+                self.tags.program_id, list(self.main.messages), shape=self.shape
+            )
+        except Exception as error:  # an optimization: the warm-up then prefills that prefix
+            log.warning("copying the live context of %s failed: %r", self.tags.program_id, error)
+            return
+        self.stats.live_copies += bool(copied)
 
     def _after_job(self, job: asyncio.Task[None]) -> None:
         if job is self._job:

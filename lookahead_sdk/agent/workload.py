@@ -201,11 +201,13 @@ class CodeAnalysisWorkload:
 
     def read_plan(self) -> list[PlannedCall]:
         """`steps` reads, each a line range of `tokens_per_output` tokens (every
-        `large_output_every`-th one LARGE_OUTPUT_FACTOR times that)."""
+        `large_output_every`-th one LARGE_OUTPUT_FACTOR times that). Where the cycle starts
+        depends on the seed: concurrent agents (consecutive seeds) are no more in lockstep than
+        agents on different tasks are, each hitting its large reads and limits in other rounds."""
         rng = random.Random(self.seed)
         every = self.large_output_every
         return [
-            self._chunk_call(rng, large=every > 0 and step % every == every - 1)
+            self._chunk_call(rng, large=every > 0 and (step + self.seed) % every == every - 1)
             for step in range(self.steps)
         ]
 

@@ -52,6 +52,7 @@ class TtftBenchConfig:
     tool_output_tokens: tuple[int, int] | None = None
     large_output_every: int = DEFAULT_LARGE_OUTPUT_EVERY
     gate: GateAdmission = DEFAULT_GATE_ADMISSION  # client-side slack admission on llama.cpp
+    modes: tuple[str, ...] = MODES  # one mode alone only to trace it (no side-by-side figures)
 
     def __post_init__(self) -> None:
         unknown = set(self.strategies) - set(STRATEGIES)
@@ -65,6 +66,8 @@ class TtftBenchConfig:
             raise ValueError(
                 f"agents and steps must be >= 1, got agents={self.agents} steps={self.steps}"
             )
+        if not self.modes or set(self.modes) - set(MODES):
+            raise ValueError(f"modes must be among {MODES}, got {list(self.modes)}")
         if self.isolate_steps is not None and self.isolate_steps < 1:
             raise ValueError(f"isolate_steps must be >= 1, got {self.isolate_steps}")
 
@@ -170,7 +173,7 @@ async def run_ttft_bench(
         }
         for strategy in config.strategies:
             runs: dict[str, Any] = {}
-            for mode in MODES:
+            for mode in config.modes:
                 if on_run:
                     on_run(strategy, mode)
                 if engine is not None and runs:

@@ -43,11 +43,11 @@ class Offload(LimitTriggered):
     hard_limit: Budget = HARD_LIMIT
     lookahead_at: Budget | None = None
     lead_turns: float = 3.0
+    store: OffloadStore | None = None
     # Off by default: Offload's commit waits anyway until a large output is no longer the newest,
     # so its commit turn brings an ordinary output; committing a turn earlier would only leave
     # the redo that output triggers one turn less to warm (four agents: 4-8 s hits, unwarmed).
     commit_ahead: bool = False
-    store: OffloadStore | None = None
 
     name = "offload"
 
@@ -111,6 +111,13 @@ class Offload(LimitTriggered):
     def should_commit_ahead(self, main: MainState, lookahead: LookaheadState) -> bool:
         # By the next model call the newest output will not be the newest any more.
         return super().should_commit_ahead(main, lookahead) and self._offloadable(
+            main, keep_newest=False
+        )
+
+    def keeps_live_prefix(self, main: MainState, lookahead: LookaheadState) -> bool:
+        # Past the trigger with every large output already offloaded, the next lookahead starts
+        # at the next large output and keeps everything before it.
+        return super().should_lookahead(main, lookahead) and not self._offloadable(
             main, keep_newest=False
         )
 

@@ -4,6 +4,9 @@ prefilling that prefix again, and the commit then runs where more of its context
 
 from __future__ import annotations
 
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+
 import httpx
 import pytest
 
@@ -31,27 +34,42 @@ def live_and_rewritten(program_id: str) -> tuple[list[dict], list[dict]]:
     return live, [*live[:-1], {"role": "user", "content": "[offloaded tool output] risky parts"}]
 
 
-async def warm_after_live_turn(base_url: str, program_id: str, *, slot_copies: bool) -> float:
-    """Cached share of a warm-up made after the program's live context was served."""
-    live, rewritten = live_and_rewritten(program_id)
+@asynccontextmanager
+async def program_on_engine(
+    base_url: str, program_id: str
+) -> AsyncIterator[tuple[LlamaCppWarmer, ChatClient]]:
+    """A gated warmer with `program_id` attached (its slot pair), and a foreground client."""
     warmer = LlamaCppWarmer(base_url, gate=SlackGate(base_url))
-    warmer.slot_copies = slot_copies
     warmer.attach(program_id)
     llm = ChatClient(base_url, wire="llamacpp")
     try:
+        yield warmer, llm
+    finally:
+        warmer.detach(program_id)
+        await llm.aclose()
+        await warmer.aclose()
+
+
+async def cached_share_of_warm_up(
+    warmer: LlamaCppWarmer, program_id: str, messages: list[dict]
+) -> float:
+    with use_tags(RequestTags(program_id).lookahead(f"{program_id}:g")):
+        result = await warmer.warm(messages, shape=RequestShape())
+    return result.cached_tokens / result.prompt_tokens
+
+
+async def warm_after_live_turn(base_url: str, program_id: str, *, slot_copies: bool) -> float:
+    """Cached share of a warm-up made after the program's live context was served."""
+    live, rewritten = live_and_rewritten(program_id)
+    async with program_on_engine(base_url, program_id) as (warmer, llm):
+        warmer.slot_copies = slot_copies
         with use_tags(RequestTags(program_id)):
             await llm.chat(live, max_tokens=1)  # the live slot now holds `live`
         live_state = MainState(live, token_counter=auto_token_counter(base_url))
         share = live_state.shared_prefix_share(rewritten)
         assert share > 0.8 and live_state.shared_prefix_messages(rewritten) == 3
         warmer.live_prefix(program_id, share, shared_messages=3)
-        with use_tags(RequestTags(program_id).lookahead(f"{program_id}:g")):
-            result = await warmer.warm(rewritten, shape=RequestShape())
-        return result.cached_tokens / result.prompt_tokens
-    finally:
-        warmer.detach(program_id)
-        await llm.aclose()
-        await warmer.aclose()
+        return await cached_share_of_warm_up(warmer, program_id, rewritten)
 
 
 async def test_a_warm_up_starts_from_a_copy_of_the_live_slot(embedded_engine) -> None:
@@ -117,3 +135,42 @@ async def test_a_model_turn_with_tool_calls_is_warmed_up_to_its_tool_result(
     # (SmolLM2's template renders the call's content, not its arguments.)
     assert sent.startswith(warmed) and "Reading it." in warmed and "import re" not in warmed
     assert len(warmed) > len(closed_before) + len("Reading it.")  # the turn, closed
+
+
+async def warm_rewrite_of_next_output(base_url: str, program_id: str, *, fork: bool) -> float:
+    """The model's turn ends with a tool call; optionally the live context is copied to the
+    branch then (`fork_live`); the output then arrives and an Offload-like rewrite of it is
+    warmed, with no notice of the live prefix. Returns the warm-up's cached share."""
+    source = (corpus_root() / "textwrap.py").read_text()[:9000]  # ~2.3K tokens
+    call = {
+        "id": "call_1",
+        "type": "function",
+        "function": {"name": "read_source", "arguments": '{"path": "textwrap.py"}'},
+    }
+    history: list[dict] = [
+        {"role": "system", "content": f"You review code. ({program_id})"},
+        {"role": "user", "content": f"Read this:\n{source}"},
+    ]
+    async with program_on_engine(base_url, program_id) as (warmer, llm):
+        with use_tags(RequestTags(program_id)):
+            await llm.chat(history, max_tokens=8)  # the model's turn, in the live slot
+        history.append({"role": "assistant", "content": "Reading it.", "tool_calls": [call]})
+        if fork:
+            assert await warmer.fork_live(program_id, history, shape=RequestShape())
+            # The branch holds it now: a second copy is skipped.
+            assert not await warmer.fork_live(program_id, history, shape=RequestShape())
+        placeholder = "[offloaded tool output: 900 tokens; read it back with read_offloaded]"
+        rewritten = [*history, {"role": "tool", "tool_call_id": "call_1", "content": placeholder}]
+        return await cached_share_of_warm_up(warmer, program_id, rewritten)
+
+
+async def test_a_live_context_copied_while_the_tools_run_leaves_the_warm_up_only_its_rewrite(
+    embedded_engine,
+) -> None:
+    base_url = embedded_engine.base_url
+    forked = await warm_rewrite_of_next_output(base_url, "fork-copy", fork=True)
+    cold = await warm_rewrite_of_next_output(base_url, "fork-none", fork=False)
+    # Only the assistant's turn (the slot holds what the model generated, not the planned
+    # call) and the placeholder were prefilled.
+    assert forked >= 0.95, f"the warm-up prefilled {1 - forked:.0%} of its prompt"
+    assert cold < 0.5, "without a copy the branch slot should have had to prefill the prefix"

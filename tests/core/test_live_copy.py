@@ -1,0 +1,201 @@
+"""`keeps_live_prefix`: while a model turn's tools run, the live context is copied to where the
+next lookahead is warmed, when that lookahead will keep it as its prefix (Offload)."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Sequence
+from pathlib import Path
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from lookahead_sdk import CommitKind, LookaheadRuntime, OffloadStore
+from lookahead_sdk.messages import Message, calls_tools
+from lookahead_sdk.state import LookaheadState, LookaheadStatus, MainState
+from lookahead_sdk.strategies import KeepRecent, Offload
+from lookahead_sdk.warmup import RequestShape
+
+from .policies import RecordingWarmer
+from .test_commit_ahead import COUNTER, HARD, START, model_turn, tool_output
+
+SOFT = 2400
+LARGE = 400  # offloaded: the threshold is 300
+
+
+class CopyingWarmer(RecordingWarmer):
+    """Records each live-context copy, and in `events` the order of copies and warm-ups."""
+
+    def __init__(self, *, fail_copy: bool = False, hang_copy: bool = False) -> None:
+        super().__init__()
+        self.fail_copy, self.hang_copy = fail_copy, hang_copy
+        self.copies: list[list[Message]] = []
+        self.events: list[tuple[str, list[Message]]] = []
+
+    async def fork_live(
+        self, program_id: str, messages: Sequence[Message], *, shape: RequestShape
+    ) -> bool:
+        if self.hang_copy:
+            await asyncio.sleep(3600)
+        if self.fail_copy:
+            raise ConnectionError("engine unreachable")
+        self.copies.append(list(messages))
+        self.events.append(("copy", list(messages)))
+        return True
+
+    async def warm(self, messages: Sequence[Message], **kwargs: object):  # type: ignore[override]
+        self.events.append(("warm", list(messages)))
+        return await super().warm(messages, **kwargs)  # type: ignore[arg-type]
+
+
+def offload(store: Path) -> Offload:
+    return Offload(store=OffloadStore(store), threshold=300, hard_limit=HARD, lookahead_at=SOFT)
+
+
+def history(outputs: Sequence[int]) -> list[Message]:
+    messages = [*START]
+    for step, size in enumerate(outputs):
+        messages += [model_turn(step), tool_output(step, size)]
+    return messages
+
+
+def test_offload_keeps_the_live_prefix_only_past_its_trigger_with_nothing_left_to_offload(
+    tmp_path: Path,
+) -> None:
+    policy = offload(tmp_path)
+
+    def keeps(outputs: list[int], status: LookaheadStatus = LookaheadStatus.IDLE) -> bool:
+        main = MainState(
+            [*history(outputs), model_turn(len(outputs))],
+            window_tokens=8192,
+            token_counter=COUNTER,
+        )
+        lookahead = LookaheadState()
+        lookahead.status = status
+        return policy.keeps_live_prefix(main, lookahead)
+
+    assert not keeps([120] * 10)  # below the trigger: no lookahead will start next
+    assert keeps([120] * 25)  # past it, all small: the next large output starts one
+    assert not keeps([120] * 20 + [LARGE] + [120] * 4)  # the next one rewrites that output
+    assert not keeps([120] * 25, LookaheadStatus.READY)  # its branch holds a warm-up
+    assert not KeepRecent(budget=2000, hard_limit=HARD).keeps_live_prefix(
+        MainState(history([120] * 25), window_tokens=8192, token_counter=COUNTER),
+        LookaheadState(),
+    )
+
+
+async def drive(
+    runtime: LookaheadRuntime, outputs: Sequence[int], commits: list[CommitKind] | None = None
+) -> None:
+    """The reference loop's boundary sequence; background jobs finish before the next segment
+    (a fast engine)."""
+
+    async def segment(message: Message) -> None:
+        runtime.append(message)
+        await runtime.boundary()
+        while runtime._job is not None:
+            await asyncio.wait({runtime._job})
+
+    for step, size in enumerate(outputs):
+        outcome = await runtime.commit()
+        if commits is not None and outcome.committed:
+            commits.append(outcome.kind)
+        await segment(model_turn(step))
+        await segment(tool_output(step, size))
+
+
+def test_copies_are_made_at_model_turn_boundaries_only(tmp_path: Path) -> None:
+    async def run(mode: str) -> tuple[CopyingWarmer, LookaheadRuntime]:
+        warmer = CopyingWarmer()
+        async with LookaheadRuntime(
+            offload(tmp_path),
+            mode=mode,  # type: ignore[arg-type]
+            messages=START,
+            window_tokens=8192,
+            token_counter=COUNTER,
+            warmer=warmer,
+        ) as runtime:
+            await drive(runtime, [120] * 30)
+        return warmer, runtime
+
+    warmer, runtime = asyncio.run(run("lookahead"))
+    assert warmer.copies, "no copy past the trigger"
+    assert all(calls_tools(copy[-1]) for copy in warmer.copies)  # the model's turn just ended
+    assert runtime.stats.live_copies == len(warmer.copies)
+    assert all(
+        MainState(copy, window_tokens=8192, token_counter=COUNTER).tokens >= SOFT
+        for copy in warmer.copies
+    )
+    warmer, _ = asyncio.run(run("sync"))
+    assert not warmer.copies
+
+
+@settings(max_examples=80, deadline=None)
+@given(outputs=st.lists(st.sampled_from((60, 120, LARGE)), min_size=10, max_size=60))
+def test_the_warm_up_after_a_copy_keeps_the_copied_context_as_its_prefix(
+    tmp_path_factory: pytest.TempPathFactory, outputs: list[int]
+) -> None:
+    """What makes the copy worth its cost: whatever outputs come, the first warm-up after a copy
+    rewrites nothing the copy holds. It fails if the policy claims the prefix while an older
+    output is still to be offloaded."""
+    warmer = CopyingWarmer()
+
+    async def run() -> None:
+        async with LookaheadRuntime(
+            offload(tmp_path_factory.mktemp("store")),
+            messages=START,
+            window_tokens=8192,
+            token_counter=COUNTER,
+            warmer=warmer,
+        ) as runtime:
+            await drive(runtime, outputs)
+
+    asyncio.run(run())
+    for (kind, copied), (next_kind, warmed) in zip(warmer.events, warmer.events[1:], strict=False):
+        if kind == "copy" and next_kind == "warm":
+            assert warmed[: len(copied)] == copied
+
+
+def test_a_failing_copy_costs_nothing_but_the_copy(tmp_path: Path) -> None:
+    async def run() -> list[CommitKind]:
+        commits: list[CommitKind] = []
+        warmer = CopyingWarmer(fail_copy=True)
+        async with LookaheadRuntime(
+            offload(tmp_path),
+            messages=START,
+            window_tokens=8192,
+            token_counter=COUNTER,
+            warmer=warmer,
+        ) as runtime:
+            await drive(runtime, ([120] * 3 + [LARGE]) * 10, commits)
+            assert runtime.stats.live_copies == 0
+        return commits
+
+    commits = asyncio.run(run())
+    assert commits and all(kind is CommitKind.HIT for kind in commits)
+
+
+def test_a_commit_does_not_wait_for_a_copy_in_flight(tmp_path: Path) -> None:
+    async def run() -> CommitKind:
+        warmer = CopyingWarmer(hang_copy=True)
+        async with LookaheadRuntime(
+            offload(tmp_path),
+            messages=history([120] * 20),
+            window_tokens=8192,
+            token_counter=COUNTER,
+            warmer=warmer,
+        ) as runtime:
+            assert SOFT <= runtime.main.tokens < HARD
+            for message in (model_turn(20), tool_output(20, 1500), model_turn(21)):
+                runtime.append(message)
+                await runtime.boundary()  # the first starts the copy; the others wait for it
+            runtime.append(tool_output(21, 120))
+            await runtime.boundary()
+            assert runtime._job is not None and runtime.main.tokens >= HARD
+            outcome = await asyncio.wait_for(runtime.commit(), timeout=5)
+            assert runtime._job is None
+            return outcome.kind
+
+    # No lookahead could start behind the hanging copy: the commit falls back at once.
+    assert asyncio.run(run()) is CommitKind.FALLBACK
