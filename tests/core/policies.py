@@ -81,6 +81,14 @@ def user(text: str) -> Message:
     return {"role": "user", "content": text}
 
 
+async def misbehave(*, hang: bool, fail: bool) -> None:
+    """What a warmer call injected with a hang or a failure does before anything else."""
+    if hang:
+        await asyncio.sleep(3600)
+    if fail:
+        raise ConnectionError("engine unreachable")
+
+
 class RecordingWarmer:
     def __init__(self, *, fail: bool = False, hang: bool = False) -> None:
         self.fail, self.hang = fail, hang
@@ -90,10 +98,7 @@ class RecordingWarmer:
     async def warm(
         self, messages: Sequence[Message], *, shape: RequestShape, open_last: bool = False
     ) -> WarmupResult:
-        if self.hang:
-            await asyncio.sleep(3600)
-        if self.fail:
-            raise ConnectionError("engine unreachable")
+        await misbehave(hang=self.hang, fail=self.fail)
         self.warmed.append(list(messages))
         return WarmupResult(prompt_tokens=10 * len(messages), cached_tokens=0, seconds=0.0)
 

@@ -17,7 +17,7 @@ from lookahead_sdk.state import LookaheadState, LookaheadStatus, MainState
 from lookahead_sdk.strategies import KeepRecent, Offload
 from lookahead_sdk.warmup import RequestShape
 
-from .policies import RecordingWarmer
+from .policies import RecordingWarmer, misbehave
 from .test_commit_ahead import COUNTER, HARD, START, model_turn, tool_output
 
 SOFT = 2400
@@ -36,10 +36,7 @@ class CopyingWarmer(RecordingWarmer):
     async def fork_live(
         self, program_id: str, messages: Sequence[Message], *, shape: RequestShape
     ) -> bool:
-        if self.hang_copy:
-            await asyncio.sleep(3600)
-        if self.fail_copy:
-            raise ConnectionError("engine unreachable")
+        await misbehave(hang=self.hang_copy, fail=self.fail_copy)
         self.copies.append(list(messages))
         self.events.append(("copy", list(messages)))
         return True
