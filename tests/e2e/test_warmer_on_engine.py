@@ -22,8 +22,12 @@ from lookahead_sdk.warmup import RequestShape
 pytestmark = pytest.mark.engine
 
 
+def source_excerpt() -> str:
+    return (corpus_root() / "textwrap.py").read_text()[:9000]  # ~2.3K tokens
+
+
 def live_and_rewritten(program_id: str) -> tuple[list[dict], list[dict]]:
-    source = (corpus_root() / "textwrap.py").read_text()[:9000]  # ~2.3K tokens
+    source = source_excerpt()
     live = [
         {"role": "system", "content": f"You review code. ({program_id})"},
         {"role": "user", "content": f"Read this:\n{source}"},
@@ -141,7 +145,7 @@ async def warm_rewrite_of_next_output(base_url: str, program_id: str, *, fork: b
     """The model's turn ends with a tool call; optionally the live context is copied to the
     branch then (`fork_live`); the output then arrives and an Offload-like rewrite of it is
     warmed, with no notice of the live prefix. Returns the warm-up's cached share."""
-    source = (corpus_root() / "textwrap.py").read_text()[:9000]  # ~2.3K tokens
+    source = source_excerpt()
     call = {
         "id": "call_1",
         "type": "function",
