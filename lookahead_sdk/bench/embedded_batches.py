@@ -257,11 +257,19 @@ def measure_on_embedded_engine(
     """
     from rich.progress import Progress
 
+    from lookahead_sdk.engine.config import LLAMA_CPP_BATCH_TOKENS
     from lookahead_sdk.engine.server import EngineConfig, ensure_engine, stop_engine
 
     plan = plan or EmbeddedMeasurementPlan()
+    # One request's prompt must be one batch, so that its prompt_ms is that batch's latency.
     handle = ensure_engine(
-        EngineConfig(port=port, slots=2, threads=threads, cache_ram_mib=0),
+        EngineConfig(
+            port=port,
+            slots=2,
+            threads=threads,
+            cache_ram_mib=0,
+            batch_tokens=LLAMA_CPP_BATCH_TOKENS,
+        ),
         show_progress=show_progress,
     )
     # A SIGTERM (e.g. from `timeout`) would skip `finally` and leave the engine running.
@@ -286,5 +294,6 @@ def measure_on_embedded_engine(
             "quantization": handle.config.quantization,
             "threads": handle.config.threads,
             "flash_attn": handle.config.flash_attn,
+            "batch_tokens": handle.config.batch_tokens,
         },
     )

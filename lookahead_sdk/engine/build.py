@@ -1,7 +1,9 @@
 """Build ``llama-server`` and ``llama-quantize`` from the llama.cpp vendored in the llama-cpp-python sdist.
 
+The source gets lookahead-sdk's edits first (priority-aware batching, ``engine.patches``).
+
 The binaries are built once per machine (``-march=native``) into
-``<cache>/llama.cpp/<version>/bin``. The build runs in a temporary directory next to it and the
+``<cache>/llama.cpp/<version>/bin-<patch id>``. The build runs in a temporary directory next to it and the
 finished binaries are moved into place with one rename, so an interrupted build never leaves a
 half-written binary behind.
 """
@@ -29,6 +31,7 @@ from rich.progress import BarColumn, Progress, SpinnerColumn, TextColumn, TimeEl
 
 from lookahead_sdk.engine import paths
 from lookahead_sdk.engine.errors import BuildError, MissingToolError
+from lookahead_sdk.engine.patches import apply_edits
 
 SERVER_BINARY = "llama-server"
 QUANTIZE_BINARY = "llama-quantize"
@@ -204,6 +207,7 @@ def _build_and_install(tools: BuildTools, *, sdist: Path | None, show_progress: 
             sdist_path = sdist if sdist is not None else _download_sdist(workdir, log, log_path)
             progress.update(task, description="llama.cpp: extracting the source")
             source_dir = _extract_llama_cpp(Path(sdist_path), workdir / "src")
+            apply_edits(source_dir)
             build_dir = workdir / "build"
             progress.update(task, description="llama.cpp: configuring (cmake)")
             configure = configure_command(tools, source_dir, build_dir)

@@ -52,6 +52,12 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         default=EngineConfig.flash_attn,
         help="llama.cpp flash attention (default off: faster for short turns on long contexts on CPU)",
     )
+    start.add_argument(
+        "--batch",
+        type=int,
+        default=EngineConfig.batch_tokens,
+        help="tokens per batch (--batch-size); a short urgent prompt waits for at most one batch",
+    )
     start.add_argument("--timeout", type=float, default=180.0, help="seconds to wait for /health")
     start.set_defaults(func=_run_start)
 
@@ -85,6 +91,7 @@ def _run_start(args: argparse.Namespace) -> int:
             quantization=args.quant,
             cache_ram_mib=args.cache_ram,
             flash_attn=args.flash_attn,
+            batch_tokens=args.batch,
         )
         handle = ensure_engine(config, timeout_s=args.timeout)
         verb = "already running" if handle.reused else "started"

@@ -101,6 +101,7 @@ def server_command(config: EngineConfig, binaries: EngineBinaries, model: Path) 
         "--threads", str(config.threads),
         "--threads-batch", str(config.threads),
         "--flash-attn", config.flash_attn,
+        "--batch-size", str(config.batch_tokens),
         "--cache-ram", str(config.cache_ram_mib),
         "--jinja",
         "--metrics",

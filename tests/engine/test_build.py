@@ -12,8 +12,9 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from lookahead_sdk.engine import build, paths
+from lookahead_sdk.engine import build, patches, paths
 from lookahead_sdk.engine.errors import BuildError, MissingToolError
+from lookahead_sdk.engine.patches import SourceEdit
 
 
 def test_make_progress_lines_parse_to_percent() -> None:
@@ -71,12 +72,20 @@ def test_ninja_is_used_when_make_is_absent(tmp_path: Path, monkeypatch: pytest.M
     assert build.find_build_tools().generator == "Ninja"
 
 
-def _fake_sdist(path: Path, cmakelists: str | None) -> Path:
-    """A tarball shaped like the llama-cpp-python sdist, with an optional vendored CMakeLists."""
+def _fake_sdist(
+    path: Path, cmakelists: str | None, edits: tuple[SourceEdit, ...] = patches.EDITS
+) -> Path:
+    """A tarball shaped like the llama-cpp-python sdist, with an optional vendored CMakeLists.
+
+    With a CMakeLists, the vendored tree holds the snippets that ``edits`` replace.
+    """
     with tarfile.open(path, "w:gz") as archive:
         files = {"llama_cpp_python-0.0.0/pyproject.toml": "[project]\n"}
         if cmakelists is not None:
             files["llama_cpp_python-0.0.0/vendor/llama.cpp/CMakeLists.txt"] = cmakelists
+            for edit in edits:
+                name = f"llama_cpp_python-0.0.0/vendor/llama.cpp/{edit.path}"
+                files[name] = files.get(name, "// vendored\n") + edit.old
         for name, text in files.items():
             data = text.encode()
             info = tarfile.TarInfo(name)
@@ -106,6 +115,16 @@ def test_failing_build_points_at_its_log_and_installs_nothing(
     # The temporary build tree is removed; only logs and the lock remain.
     leftovers = {entry.name for entry in paths.version_dir().iterdir()}
     assert leftovers <= {"logs", ".build.lock"}
+
+
+def test_a_source_that_does_not_match_the_edits_fails_naming_the_edit(
+    isolated_cache: Path, tmp_path: Path
+) -> None:
+    cmakelists = "cmake_minimum_required(VERSION 3.14)\nproject(x)\n"
+    sdist = _fake_sdist(tmp_path / "sdist.tar.gz", cmakelists=cmakelists, edits=patches.EDITS[:-1])
+    with pytest.raises(BuildError, match=rf"{patches.EDITS[-1].name!r}.*found it 0 times"):
+        build.ensure_binaries(sdist=sdist, show_progress=False)
+    assert build.installed_binaries() is None
 
 
 def test_install_replaces_an_incomplete_bin_dir_in_one_step(isolated_cache: Path) -> None:

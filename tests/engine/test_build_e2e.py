@@ -31,5 +31,9 @@ def test_fresh_build_installs_working_binaries(isolated_cache: Path) -> None:
     )
     assert "version" in (version.stdout + version.stderr)
     # Only the installed binaries and the build log remain; the build tree is gone.
-    assert {entry.name for entry in paths.version_dir().iterdir()} <= {"bin", "logs", ".build.lock"}
+    assert {entry.name for entry in paths.version_dir().iterdir()} <= {
+        paths.bin_dir().name,
+        "logs",
+        ".build.lock",
+    }
     assert build.ensure_binaries(show_progress=False) == binaries  # cached: no rebuild

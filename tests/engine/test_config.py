@@ -16,6 +16,7 @@ valid_configs = st.builds(
     quantization=st.sampled_from(QUANTIZATIONS),
     cache_ram_mib=st.integers(-1, 4096),
     flash_attn=st.sampled_from(FLASH_ATTN_MODES),
+    batch_tokens=st.integers(32, 8192),
     extra_args=st.lists(st.text(min_size=1, max_size=8)).map(tuple),
 )
 
@@ -25,13 +26,18 @@ def test_dict_round_trip_preserves_config(config: EngineConfig) -> None:
     assert EngineConfig.from_dict(config.to_dict()) == config
 
 
-def test_state_written_before_flash_attn_means_llama_cpp_default() -> None:
-    """An engine recorded without the field ran with llama.cpp's default (auto): a request for
-    the default config (off) must not reuse it."""
+@pytest.mark.parametrize(
+    ("field", "llama_cpp_default"), [("flash_attn", "auto"), ("batch_tokens", 2048)]
+)
+def test_state_written_before_a_field_means_llama_cpp_default(
+    field: str, llama_cpp_default: object
+) -> None:
+    """An engine recorded without the field ran with llama.cpp's default: a request for our
+    default config must not reuse it."""
     recorded = EngineConfig(threads=2).to_dict()
-    del recorded["flash_attn"]
+    del recorded[field]
     old = EngineConfig.from_dict(recorded)
-    assert old.flash_attn == "auto"
+    assert getattr(old, field) == llama_cpp_default
     assert not EngineConfig(threads=2).compatible_with(old)
 
 
@@ -65,6 +71,8 @@ def test_compatibility_ignores_only_unset_threads(config: EngineConfig) -> None:
         ("quantization", "q5_k", ValueError),
         ("host", "", ValueError),
         ("flash_attn", "yes", ValueError),
+        ("batch_tokens", 16, ValueError),
+        ("batch_tokens", 256.0, TypeError),
         ("extra_args", "--temp 0", TypeError),
     ],
 )

@@ -95,6 +95,7 @@ def test_server_command_gives_each_slot_its_context() -> None:
     assert value("--parallel") == "3"
     assert value("--port") == "9001"
     assert value("--flash-attn") == "off"
+    assert value("--batch-size") == "128"
     assert {"--jinja", "--metrics", "--slots", "--cache-prompt"} <= set(command)
 
 

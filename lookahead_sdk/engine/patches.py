@@ -1,0 +1,192 @@
+"""Source edits applied to the vendored llama.cpp before it is built: priority-aware batching.
+
+Stock llama-server fills each batch by walking its slots in index order and samples a slot's first
+token only when the whole batch is computed. A short latency-critical prompt (an agent's commit
+turn, which a lookahead left with only its newest output to prefill) that arrives next to another
+agent's long prompt waits for both. The edits make llama-server honour the request's
+``priority_class`` tag (sent by ``lookahead_sdk.transport``) when it fills a batch:
+
+- latency-critical prompts first, and among them the one with the fewest tokens left first;
+- best-effort prompts (``"priority_class": "be"``) only fill batches that no latency-critical
+  prompt is waiting for.
+
+With a small batch (``EngineConfig.batch_tokens``) a short prompt then waits for the batch
+already running when it arrives and computes its own tokens, whatever else the engine is
+prefilling. Requests without the tag
+are latency-critical, so untagged clients see llama.cpp's usual behaviour, except that shorter
+prompts go first.
+
+One edit fixes a llama.cpp bug that the SDK's slot pinning (``id_slot``) runs into: a request for
+a busy slot went through the prompt-cache update before it was deferred, which saved the running
+request's half-computed prompt and loaded another cached prompt into the busy slot. When the
+loaded prompt was longer than the running one, that request never finished and the server spun
+at full CPU (a small batch leaves many such windows, one per batch of a long prompt).
+
+Each edit replaces one exact, unique snippet; a source that does not match fails the build with
+the edit's name, never builds a half-patched binary. ``PATCH_ID`` changes whenever an edit does,
+and the binaries are cached per ``PATCH_ID`` (``paths.bin_dir``).
+"""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass
+from pathlib import Path
+
+from lookahead_sdk.engine.errors import BuildError
+
+
+@dataclass(frozen=True)
+class SourceEdit:
+    name: str
+    path: str  # relative to the llama.cpp source root
+    old: str
+    new: str
+
+
+_TASK_FIELD = SourceEdit(
+    name="task field best_effort",
+    path="tools/server/server-task.h",
+    old="    int id_slot   = -1;\n",
+    new=(
+        "    int id_slot   = -1;\n"
+        '    bool best_effort = false; // lookahead-sdk: the request\'s "priority_class" is "be"\n'
+    ),
+)
+
+_CHILD_TASK_FIELD = SourceEdit(
+    name="child tasks inherit best_effort",
+    path="tools/server/server-task.h",
+    old="        copy.id_slot   = -1; // child tasks cannot specify slot\n",
+    new=(
+        "        copy.id_slot   = -1; // child tasks cannot specify slot\n"
+        "        copy.best_effort = best_effort;\n"
+    ),
+)
+
+_PARSE_PRIORITY_CLASS = SourceEdit(
+    name="parse priority_class",
+    path="tools/server/server-context.cpp",
+    old='            task.id_slot = json_value(data, "id_slot", -1);\n',
+    new=(
+        '            task.id_slot = json_value(data, "id_slot", -1);\n'
+        '            task.best_effort = json_value(data, "priority_class", std::string("lc")) == "be";\n'
+    ),
+)
+
+_PROMPT_ORDER = SourceEdit(
+    name="batch prompts by priority",
+    path="tools/server/server-context.cpp",
+    old=(
+        "            bool add_ok = true; // false means the batch is full, skip remaining slots\n"
+        "\n"
+        "            iterate(slots, [&](server_slot & slot) {\n"
+        "                if (!add_ok || batch.size() >= n_batch) {\n"
+        "                    return; // batch is full, skip remaining slots\n"
+        "                }\n"
+    ),
+    new=(
+        "            bool add_ok = true; // false means the batch is full, skip remaining slots\n"
+        "\n"
+        "            // lookahead-sdk: latency-critical prompts first, fewest tokens left first;\n"
+        "            // best-effort prompts only fill a batch no latency-critical prompt waits for.\n"
+        "            auto prompt_tokens_left = [](const server_slot & s) -> int {\n"
+        "                if (!s.task || (s.state != SLOT_STATE_PROCESSING_PROMPT && s.state != SLOT_STATE_STARTED)) {\n"
+        "                    return -1;\n"
+        "                }\n"
+        "                const int done = s.state == SLOT_STATE_STARTED\n"
+        "                    ? (int) s.prompt.tokens.get_common_prefix(s.task->tokens)\n"
+        "                    : s.prompt.n_tokens();\n"
+        "                return std::max(0, s.task->n_tokens() - done);\n"
+        "            };\n"
+        "            struct prompt_rank { server_slot * slot; bool waiting; bool best_effort; int left; };\n"
+        "            std::vector<prompt_rank> ranks;\n"
+        "            bool lc_prompt_waiting = false;\n"
+        "            for (auto & s : slots) {\n"
+        "                const int left = prompt_tokens_left(s);\n"
+        "                const bool best_effort = s.task && s.task->best_effort;\n"
+        "                ranks.push_back({ &s, left >= 0, best_effort, left });\n"
+        "                lc_prompt_waiting |= left >= 0 && !best_effort;\n"
+        "            }\n"
+        "            std::stable_sort(ranks.begin(), ranks.end(), [](const prompt_rank & a, const prompt_rank & b) {\n"
+        "                if (a.waiting != b.waiting) return a.waiting;\n"
+        "                if (a.best_effort != b.best_effort) return !a.best_effort;\n"
+        "                return a.left < b.left;\n"
+        "            });\n"
+        "            std::vector<server_slot *> prompt_order;\n"
+        "            for (const auto & r : ranks) {\n"
+        "                if (!(lc_prompt_waiting && r.waiting && r.best_effort)) {\n"
+        "                    prompt_order.push_back(r.slot);\n"
+        "                }\n"
+        "            }\n"
+        "\n"
+        "            iterate(prompt_order, [&](server_slot & slot) {\n"
+        "                if (!add_ok || batch.size() >= n_batch) {\n"
+        "                    return; // batch is full, skip remaining slots\n"
+        "                }\n"
+    ),
+)
+
+_BUSY_SLOT_KEEPS_ITS_PROMPT = SourceEdit(
+    name="a busy slot requested by id keeps its prompt",
+    path="tools/server/server-context.cpp",
+    old=(
+        '                SLT_INF(*ret, "selected slot by id (%d)\\n", task.id_slot);\n'
+        "            }\n"
+    ),
+    new=(
+        '                SLT_INF(*ret, "selected slot by id (%d)\\n", task.id_slot);\n'
+        "                // lookahead-sdk: the caller defers a task for a busy slot. Without this\n"
+        "                // return the prompt-cache update below saves and replaces the prompt of\n"
+        "                // the request the slot is running, which then never finishes.\n"
+        "                if (ret->is_processing()) {\n"
+        "                    return ret;\n"
+        "                }\n"
+        "            }\n"
+    ),
+)
+
+EDITS: tuple[SourceEdit, ...] = (
+    _TASK_FIELD,
+    _CHILD_TASK_FIELD,
+    _PARSE_PRIORITY_CLASS,
+    _PROMPT_ORDER,
+    _BUSY_SLOT_KEEPS_ITS_PROMPT,
+)
+
+
+def patch_id(edits: tuple[SourceEdit, ...]) -> str:
+    """A short digest of the edits: the binaries' cache key."""
+    text = "".join(f"{edit.path}\0{edit.old}\0{edit.new}\0" for edit in edits)
+    return hashlib.sha256(text.encode()).hexdigest()[:10]
+
+
+PATCH_ID: str = patch_id(EDITS)
+
+
+def apply_edits(source_dir: Path, edits: tuple[SourceEdit, ...] = EDITS) -> None:
+    """Apply every edit to the llama.cpp tree at ``source_dir``; all or none.
+
+    Raises BuildError naming the edit when its snippet is missing or not unique (the pinned
+    llama.cpp changed): every file is checked before any is written.
+    """
+    patched: dict[Path, str] = {}
+    for edit in edits:
+        file = source_dir / edit.path
+        if file not in patched:
+            if not file.is_file():
+                raise BuildError(
+                    f"llama.cpp source edit {edit.name!r}: {edit.path} is missing from "
+                    f"{source_dir}; the vendored llama.cpp does not match the pinned version"
+                )
+            patched[file] = file.read_text()
+        count = patched[file].count(edit.old)
+        if count != 1:
+            raise BuildError(
+                f"llama.cpp source edit {edit.name!r}: expected its snippet once in {edit.path}, "
+                f"found it {count} times; the vendored llama.cpp does not match the pinned "
+                "version (update lookahead_sdk/engine/patches.py)"
+            )
+        patched[file] = patched[file].replace(edit.old, edit.new)
+    for file, text in patched.items():
+        file.write_text(text)

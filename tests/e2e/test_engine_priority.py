@@ -1,0 +1,116 @@
+"""The embedded llama-server's edits (engine.patches): prompts batched by the request's
+priority_class, and a request for a busy slot that leaves the slot's running request alone.
+
+Each case pins two prompts to two slots, the later one in the higher slot, so stock llama.cpp
+(which fills a batch slot by slot in index order) would finish the earlier one first. The assertion
+is the order in which the two prompts get their first token.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+import uuid
+
+import httpx
+import pytest
+
+from lookahead_sdk.engine.server import EngineHandle
+
+pytestmark = pytest.mark.engine
+
+
+def prompt_of(words: int) -> str:
+    # A fresh prefix, so no slot or host cache holds any of it.
+    return f"{uuid.uuid4().hex} " + " ".join(f"item{i % 97} is next" for i in range(words))
+
+
+async def race(
+    handle: EngineHandle,
+    *,
+    first: tuple[int, str],
+    second: tuple[int, str],
+    head_start_s: float = 0.3,
+) -> tuple[float, float]:
+    """Send (words, priority_class) ``first`` to slot 0, ``second`` to slot 1 a little later;
+    return the seconds until each got its first (only) token, both from the first's start."""
+    async with httpx.AsyncClient(timeout=120) as client:
+        start = time.monotonic()
+
+        async def first_token_at(slot: int, words: int, priority_class: str) -> float:
+            response = await client.post(
+                f"{handle.base_url}/completion",
+                json={
+                    "prompt": prompt_of(words),
+                    "n_predict": 1,
+                    "id_slot": slot,
+                    "priority_class": priority_class,
+                },
+            )
+            response.raise_for_status()
+            return time.monotonic() - start
+
+        earlier = asyncio.create_task(first_token_at(0, *first))
+        await asyncio.sleep(head_start_s)
+        later = await first_token_at(1, *second)
+        return await earlier, later
+
+
+async def test_a_short_urgent_prompt_is_not_held_behind_a_long_one(
+    embedded_engine: EngineHandle,
+) -> None:
+    long_done, short_done = await race(embedded_engine, first=(700, "lc"), second=(20, "lc"))
+    # The short prompt needs one batch; the long one ~10 more after it.
+    assert short_done < 0.5 * long_done, (short_done, long_done)
+
+
+async def test_best_effort_prefill_yields_to_a_longer_latency_critical_one(
+    embedded_engine: EngineHandle,
+) -> None:
+    # The best-effort prompt started first and has fewer tokens left than the urgent one: only
+    # the priority class puts the urgent one first.
+    be_done, lc_done = await race(embedded_engine, first=(400, "be"), second=(700, "lc"))
+    assert lc_done < be_done, (lc_done, be_done)
+
+
+async def test_a_best_effort_prompt_alone_is_served(embedded_engine: EngineHandle) -> None:
+    # Best-effort work only yields to waiting latency-critical prompts; it is never starved
+    # (a starved request would hit the client's timeout).
+    async with httpx.AsyncClient(timeout=60) as client:
+        response = await client.post(
+            f"{embedded_engine.base_url}/completion",
+            json={"prompt": prompt_of(200), "n_predict": 1, "priority_class": "be"},
+        )
+    response.raise_for_status()
+    assert response.json()["tokens_evaluated"] > 600
+
+
+async def test_a_request_for_a_busy_slot_waits_and_leaves_the_running_one_intact(
+    embedded_engine: EngineHandle,
+) -> None:
+    # Stock llama.cpp ran its prompt-cache update on a busy slot requested by id: it loaded the
+    # cached prompt that best matched the new request into the slot while the running request
+    # was prefilling there. The running request (shorter than the loaded prompt) never finished.
+    slot = 2
+    cached = prompt_of(600)
+    async with httpx.AsyncClient(timeout=60) as client:
+
+        async def complete(prompt: str) -> dict[str, object]:
+            response = await client.post(
+                f"{embedded_engine.base_url}/completion",
+                json={"prompt": prompt, "n_predict": 1, "id_slot": slot},
+            )
+            response.raise_for_status()
+            return response.json()
+
+        await complete(cached)
+        # Starting another prompt in the slot moves ``cached`` into the host prompt cache.
+        running = asyncio.create_task(complete(prompt_of(300)))
+        await asyncio.sleep(0.3)
+        assert not running.done(), "the running prompt must still be prefilling (make it longer)"
+        follow_up = await complete(cached + " and one more")
+        finished = await running
+    assert finished["tokens_evaluated"] > 300
+    # The follow-up waited for the slot and then found its prefix in the prompt cache.
+    cached_tokens = follow_up["timings"]["cache_n"]
+    assert cached_tokens > 0.9 * follow_up["tokens_evaluated"], follow_up["timings"]
