@@ -12,9 +12,8 @@ agent's long prompt waits for both. The edits make llama-server honour the reque
 
 With a small batch (``EngineConfig.batch_tokens``) a short prompt then waits for the batch
 already running when it arrives and computes its own tokens, whatever else the engine is
-prefilling. Requests without the tag
-are latency-critical, so untagged clients see llama.cpp's usual behaviour, except that shorter
-prompts go first.
+prefilling. Requests without the tag are latency-critical, so untagged clients see llama.cpp's
+usual behaviour, except that shorter prompts go first.
 
 One edit fixes a llama.cpp bug that the SDK's slot pinning (``id_slot``) runs into: a request for
 a busy slot went through the prompt-cache update before it was deferred, which saved the running

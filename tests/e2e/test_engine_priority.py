@@ -1,9 +1,9 @@
 """The embedded llama-server's edits (engine.patches): prompts batched by the request's
 priority_class, and a request for a busy slot that leaves the slot's running request alone.
 
-Each case pins two prompts to two slots, the later one in the higher slot, so stock llama.cpp
-(which fills a batch slot by slot in index order) would finish the earlier one first. The assertion
-is the order in which the two prompts get their first token.
+Each ordering case pins two prompts to two slots, the later one in the higher slot, so stock
+llama.cpp (which fills a batch slot by slot in index order) would finish the earlier one first.
+The assertion is the order in which the two prompts get their first token.
 """
 
 from __future__ import annotations
@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import time
 import uuid
+from typing import Any
 
 import httpx
 import pytest
@@ -23,6 +24,17 @@ pytestmark = pytest.mark.engine
 def prompt_of(words: int) -> str:
     # A fresh prefix, so no slot or host cache holds any of it.
     return f"{uuid.uuid4().hex} " + " ".join(f"item{i % 97} is next" for i in range(words))
+
+
+async def complete(
+    client: httpx.AsyncClient, handle: EngineHandle, prompt: str, **fields: object
+) -> dict[str, Any]:
+    """One token for ``prompt`` from llama-server's /completion, with extra request fields."""
+    response = await client.post(
+        f"{handle.base_url}/completion", json={"prompt": prompt, "n_predict": 1, **fields}
+    )
+    response.raise_for_status()
+    return response.json()
 
 
 async def race(
@@ -38,16 +50,9 @@ async def race(
         start = time.monotonic()
 
         async def first_token_at(slot: int, words: int, priority_class: str) -> float:
-            response = await client.post(
-                f"{handle.base_url}/completion",
-                json={
-                    "prompt": prompt_of(words),
-                    "n_predict": 1,
-                    "id_slot": slot,
-                    "priority_class": priority_class,
-                },
+            await complete(
+                client, handle, prompt_of(words), id_slot=slot, priority_class=priority_class
             )
-            response.raise_for_status()
             return time.monotonic() - start
 
         earlier = asyncio.create_task(first_token_at(0, *first))
@@ -77,12 +82,8 @@ async def test_a_best_effort_prompt_alone_is_served(embedded_engine: EngineHandl
     # Best-effort work only yields to waiting latency-critical prompts; it is never starved
     # (a starved request would hit the client's timeout).
     async with httpx.AsyncClient(timeout=60) as client:
-        response = await client.post(
-            f"{embedded_engine.base_url}/completion",
-            json={"prompt": prompt_of(200), "n_predict": 1, "priority_class": "be"},
-        )
-    response.raise_for_status()
-    assert response.json()["tokens_evaluated"] > 600
+        response = await complete(client, embedded_engine, prompt_of(200), priority_class="be")
+    assert response["tokens_evaluated"] > 600
 
 
 async def test_a_request_for_a_busy_slot_waits_and_leaves_the_running_one_intact(
@@ -94,21 +95,14 @@ async def test_a_request_for_a_busy_slot_waits_and_leaves_the_running_one_intact
     slot = 2
     cached = prompt_of(600)
     async with httpx.AsyncClient(timeout=60) as client:
-
-        async def complete(prompt: str) -> dict[str, object]:
-            response = await client.post(
-                f"{embedded_engine.base_url}/completion",
-                json={"prompt": prompt, "n_predict": 1, "id_slot": slot},
-            )
-            response.raise_for_status()
-            return response.json()
-
-        await complete(cached)
+        await complete(client, embedded_engine, cached, id_slot=slot)
         # Starting another prompt in the slot moves ``cached`` into the host prompt cache.
-        running = asyncio.create_task(complete(prompt_of(300)))
+        running = asyncio.create_task(
+            complete(client, embedded_engine, prompt_of(300), id_slot=slot)
+        )
         await asyncio.sleep(0.3)
         assert not running.done(), "the running prompt must still be prefilling (make it longer)"
-        follow_up = await complete(cached + " and one more")
+        follow_up = await complete(client, embedded_engine, cached + " and one more", id_slot=slot)
         finished = await running
     assert finished["tokens_evaluated"] > 300
     # The follow-up waited for the slot and then found its prefix in the prompt cache.
