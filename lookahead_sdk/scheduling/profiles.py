@@ -60,6 +60,32 @@ H100_QWEN3_8B_ROOFLINE = LatencyProfile(
     },
 )
 
+# Measured: `lookahead-sdk calibrate` (70% of the batches, seed 0) on 132 batches that
+# scripts/gpu_profile_qwen3_8b.py --attention sdpa timed on an H200 (a Qwen3-8B-shaped stack with
+# random bf16 weights; docs/results/scheduling/gpu/). Rounded to 4 significant digits.
+_H200_KNOTS = (1, 2, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096, 8192)
+H200_QWEN3_8B = LatencyProfile(
+    name="h200-qwen3-8b",
+    gemm_table=PiecewiseLinearTable(
+        tokens=_H200_KNOTS,
+        ms=(4.904, 4.945, 5.131, 5.131, 5.47, 6.268, 10.82, 14.9, 26.32, 50.26, 100.2, 195.0),
+    ),
+    alpha_decode_ms=3.239e-05,
+    alpha_prefill_ms=1.802e-06,
+    token_only_table=PiecewiseLinearTable(
+        tokens=_H200_KNOTS,
+        ms=(5.08, 5.8, 7.186, 7.186, 8.558, 9.694, 11.63, 18.45, 34.79, 67.69, 147.4, 294.9),
+    ),
+    metadata={
+        "hardware": "NVIDIA H200 141GB (PyTorch 2.11, CUDA 13.0)",
+        "model": "Qwen3-8B-shaped, random bf16 weights",
+        "source": (
+            "measured with scripts/gpu_profile_qwen3_8b.py --attention sdpa and fitted by "
+            "lookahead-sdk calibrate; docs/results/scheduling/gpu/"
+        ),
+    },
+)
+
 BUILTIN_PROFILES: dict[str, LatencyProfile] = {
-    profile.name: profile for profile in (H100_QWEN3_8B, H100_QWEN3_8B_ROOFLINE)
+    profile.name: profile for profile in (H100_QWEN3_8B, H100_QWEN3_8B_ROOFLINE, H200_QWEN3_8B)
 }

@@ -2,6 +2,7 @@ import argparse
 import itertools
 import json
 import random
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -14,6 +15,7 @@ from lookahead_sdk.scheduling import (
     LatencyProfile,
     PiecewiseLinearTable,
     PrefillChunk,
+    TokenOnlyModel,
     load_profile,
 )
 from lookahead_sdk.scheduling import cli as scheduling_cli
@@ -23,6 +25,7 @@ from lookahead_sdk.scheduling.calibrate import (
     calibrate,
     choose_knots,
     cross_validate,
+    error_stats,
     fit_profile,
     nnls,
     split_heldout,
@@ -33,6 +36,7 @@ from lookahead_sdk.scheduling.measurements import (
     load_measurements,
     save_measurements,
 )
+from lookahead_sdk.scheduling.profiles import H200_QWEN3_8B
 
 TRUE_PROFILE = LatencyProfile(
     name="truth",
@@ -259,3 +263,30 @@ def test_measurement_plan_flags_are_validated() -> None:
     for bad in ("", "16,0", "16,x"):
         with pytest.raises(ValueError, match="--new-tokens"):
             scheduling_cli._positive_ints("--new-tokens", bad)
+
+
+def test_builtin_h200_profile_is_the_fit_of_the_committed_gpu_measurements() -> None:
+    """The shipped numbers are reproducible: calibrating the H200 batches in docs/ (the CLI's
+    default split) gives them back, and context awareness is what makes the fit good."""
+    root = Path(__file__).resolve().parents[2] / "docs" / "results" / "scheduling" / "gpu"
+    measured = load_measurements(root / "qwen3_8b_h200_sdpa_seed0.json").batches
+    fitted = calibrate(measured, name="h200-qwen3-8b").profile
+    assert fitted.alpha_decode_ms == pytest.approx(H200_QWEN3_8B.alpha_decode_ms, rel=1e-3)
+    assert fitted.alpha_prefill_ms == pytest.approx(H200_QWEN3_8B.alpha_prefill_ms, rel=1e-3)
+    for table, shipped in (
+        (fitted.gemm_table, H200_QWEN3_8B.gemm_table),
+        (fitted.token_only_table, H200_QWEN3_8B.token_only_table),
+    ):
+        assert table is not None and shipped is not None
+        assert table.tokens == shipped.tokens
+        assert table.ms == pytest.approx(shipped.ms, rel=1e-3)
+    # An independent run's random mixed batches (seed 1), which the fit never saw.
+    mixed = [
+        m
+        for m in load_measurements(root / "qwen3_8b_h200_sdpa_rev1_seed1.json").batches
+        if m.batch.decode_contexts and m.batch.prefill_chunks
+    ]
+    assert len(mixed) == 60
+    context_aware = error_stats(LatencyModel(H200_QWEN3_8B), mixed)
+    token_only = error_stats(TokenOnlyModel(H200_QWEN3_8B.token_only_table), mixed)
+    assert context_aware.mean_rel_err < 0.08 < token_only.mean_rel_err
