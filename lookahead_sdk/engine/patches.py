@@ -8,7 +8,11 @@ agent's long prompt waits for both. The edits make llama-server honour the reque
 
 - latency-critical prompts first, and among them the one with the fewest tokens left first;
 - best-effort prompts (``"priority_class": "be"``) only fill batches that no latency-critical
-  prompt is waiting for.
+  prompt is waiting for;
+- a batch in which a latency-critical prompt ends is closed after it: its first token comes when
+  the batch is computed, and a CPU computes a batch token by token, so other prompts' tokens
+  there would only delay it. They go into the next batch; the split costs one batch's fixed
+  time, ~9 ms here against ~2.5 ms per token (docs/scheduling.md, embedded profile).
 
 With a small batch (``EngineConfig.batch_tokens``) a short prompt then waits for the batch
 already running when it arrives and computes its own tokens, whatever else the engine is
@@ -86,6 +90,7 @@ _PROMPT_ORDER = SourceEdit(
     ),
     new=(
         "            bool add_ok = true; // false means the batch is full, skip remaining slots\n"
+        "            bool lc_prompt_done = false; // a latency-critical prompt finishes in this batch\n"
         "\n"
         "            // lookahead-sdk: latency-critical prompts first, fewest tokens left first;\n"
         "            // best-effort prompts only fill a batch no latency-critical prompt waits for.\n"
@@ -120,9 +125,28 @@ _PROMPT_ORDER = SourceEdit(
         "            }\n"
         "\n"
         "            iterate(prompt_order, [&](server_slot & slot) {\n"
-        "                if (!add_ok || batch.size() >= n_batch) {\n"
+        "                if (!add_ok || batch.size() >= n_batch || lc_prompt_done) {\n"
         "                    return; // batch is full, skip remaining slots\n"
         "                }\n"
+    ),
+)
+
+_CLOSE_BATCH = SourceEdit(
+    name="close the batch after a latency-critical prompt",
+    path="tools/server/server-context.cpp",
+    old=(
+        "                        slot.state = SLOT_STATE_DONE_PROMPT;\n"
+        "\n"
+        "                        GGML_ASSERT(batch.size() > 0);\n"
+    ),
+    new=(
+        "                        slot.state = SLOT_STATE_DONE_PROMPT;\n"
+        "                        // lookahead-sdk: its first token comes when this batch is computed;\n"
+        "                        // other prompts' tokens would only delay it (a CPU computes a batch\n"
+        "                        // token by token), so they go into the next batch.\n"
+        "                        lc_prompt_done = !slot.task->best_effort;\n"
+        "\n"
+        "                        GGML_ASSERT(batch.size() > 0);\n"
     ),
 )
 
@@ -150,6 +174,7 @@ EDITS: tuple[SourceEdit, ...] = (
     _CHILD_TASK_FIELD,
     _PARSE_PRIORITY_CLASS,
     _PROMPT_ORDER,
+    _CLOSE_BATCH,
     _BUSY_SLOT_KEEPS_ITS_PROMPT,
 )
 

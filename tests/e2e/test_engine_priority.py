@@ -16,6 +16,7 @@ from typing import Any
 import httpx
 import pytest
 
+from lookahead_sdk.engine.config import DEFAULT_BATCH_TOKENS as BATCH_TOKENS
 from lookahead_sdk.engine.server import EngineHandle
 
 pytestmark = pytest.mark.engine
@@ -27,7 +28,7 @@ def prompt_of(words: int) -> str:
 
 
 async def complete(
-    client: httpx.AsyncClient, handle: EngineHandle, prompt: str, **fields: object
+    client: httpx.AsyncClient, handle: EngineHandle, prompt: str | list[int], **fields: object
 ) -> dict[str, Any]:
     """One token for ``prompt`` from llama-server's /completion, with extra request fields."""
     response = await client.post(
@@ -84,6 +85,36 @@ async def test_a_best_effort_prompt_alone_is_served(embedded_engine: EngineHandl
     async with httpx.AsyncClient(timeout=60) as client:
         response = await complete(client, embedded_engine, prompt_of(200), priority_class="be")
     assert response["tokens_evaluated"] > 600
+
+
+async def test_a_prompt_ending_in_a_batch_does_not_wait_for_other_prompts_tokens(
+    embedded_engine: EngineHandle,
+) -> None:
+    # A prompt of a batch plus a few tokens ends in its second batch. Stock llama.cpp tops that
+    # batch up with another prompt's tokens, and the first token waits for all of them (about
+    # twice the prompt's own time on a CPU); the engine closes the batch after it instead.
+    async with httpx.AsyncClient(timeout=120) as client:
+
+        async def tokens_of(text: str, count: int) -> list[int]:
+            response = await client.post(
+                f"{embedded_engine.base_url}/tokenize", json={"content": text}
+            )
+            return response.json()["tokens"][:count]
+
+        async def first_token_s(prompt: list[int] | str, slot: int) -> float:
+            start = time.monotonic()
+            await complete(client, embedded_engine, prompt, id_slot=slot)
+            return time.monotonic() - start
+
+        short_tokens = BATCH_TOKENS + 8
+        await first_token_s("warm up", 3)
+        alone = await first_token_s(await tokens_of(prompt_of(200), short_tokens), 2)
+        short = asyncio.create_task(first_token_s(await tokens_of(prompt_of(200), short_tokens), 0))
+        await asyncio.sleep(0.05)  # the long prompt arrives while the short one's first batch runs
+        long = asyncio.create_task(first_token_s(prompt_of(700), 1))
+        beside_a_long_one = await short
+        await long
+    assert beside_a_long_one < 1.35 * alone, (beside_a_long_one, alone)
 
 
 async def test_a_request_for_a_busy_slot_waits_and_leaves_the_running_one_intact(
