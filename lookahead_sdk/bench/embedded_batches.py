@@ -9,8 +9,8 @@ sample), and the requests at that level reuse all of it.
 Samples recorded per request:
 - prefill: one chunk (new_tokens=prompt_n, prefix_tokens=cache_n), latency prompt_ms;
 - decode: one decode step at the mean context of the generation, latency predicted_ms/predicted_n.
-Pairs go as one request with two prompts, so llama-server queues both tasks at once and computes
-them in the same batches (sent as two requests, the first often started alone and the pair
+Pairs go as one request with two best-effort prompts, so llama-server queues both tasks at once
+and computes them in the same batches (sent as two requests, the first often started alone and the pair
 measured one chunk's time); each prompt lands on the slot that caches its prefix. A pair gives a
 two-chunk prefill sample and a two-context decode sample.
 The plan runs `passes` times and the fastest sample per batch shape is kept (see
@@ -181,6 +181,10 @@ async def _complete(
     }
     if slot is not None:
         body["id_slot"] = slot
+    if len(prompts) > 1:
+        # The engine closes a batch after a latency-critical prompt's last chunk
+        # (engine.patches); best-effort prompts share one, as a measured pair must.
+        body["priority_class"] = "be"
     response = await client.post("/completion", json=body)
     response.raise_for_status()
     answer = response.json()
