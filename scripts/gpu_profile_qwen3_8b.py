@@ -75,12 +75,17 @@ class BatchSpec:
     chunks: tuple[tuple[int, int], ...] = ()  # (new tokens, cached prefix)
 
     @property
-    def forward_tokens(self) -> int:
-        return sum(n for n, _ in self.decode_groups) + sum(q for q, _ in self.chunks)
+    def decodes(self) -> int:
+        return sum(n for n, _ in self.decode_groups)
 
     @property
-    def requests(self) -> int:
-        return sum(n for n, _ in self.decode_groups) + len(self.chunks)
+    def forward_tokens(self) -> int:
+        return self.decodes + sum(q for q, _ in self.chunks)
+
+    @property
+    def kv_tokens(self) -> int:
+        """Keys attended: each decode's context, each chunk's prefix and its own tokens."""
+        return sum(n * ctx for n, ctx in self.decode_groups) + sum(q + p for q, p in self.chunks)
 
     def to_record(self, latency_ms: float) -> dict[str, object]:
         return {
@@ -125,8 +130,10 @@ class Plan:
                 for _ in range(rng.randint(1, 3))
             )
             spec = BatchSpec("mixed", groups, chunks)
-            kv = sum(n * ctx for n, ctx in groups) + sum(q + p for q, p in chunks)
-            if spec.forward_tokens <= self.max_forward_tokens and kv <= self.max_kv_tokens:
+            if (
+                spec.forward_tokens <= self.max_forward_tokens
+                and spec.kv_tokens <= self.max_kv_tokens
+            ):
                 made += 1
                 yield spec
 
@@ -192,10 +199,9 @@ def flash_varlen(
 ) -> torch.Tensor:
     """FlashAttention-2 over packed variable-length sequences: q [tokens, q_heads, dim], k / v
     [keys, kv_heads, dim]; sequence i's queries are its last tokens (causal from the lower right)."""
-    out = torch.ops.aten._flash_attention_forward(
+    return torch.ops.aten._flash_attention_forward(
         q, k, v, cu_q, cu_k, max_q, max_k, 0.0, True, False
     )[0]
-    return out
 
 
 def varlen_matches_sdpa(device: torch.device, dtype: torch.dtype) -> str:
@@ -229,7 +235,7 @@ def varlen_matches_sdpa(device: torch.device, dtype: torch.dtype) -> str:
 
 
 class Block:
-    """One decoder layer's weights and forward; `run` applies it `layers` times."""
+    """One decoder layer's weights and forward (a forward pass applies it `layers` times)."""
 
     def __init__(self, shape: ModelShape, device: torch.device, dtype: torch.dtype) -> None:
         def weight(rows: int, cols: int) -> torch.Tensor:
@@ -244,11 +250,9 @@ class Block:
         self.lm_head = weight(shape.hidden, shape.vocab)
 
     def gemms(self, x: torch.Tensor) -> torch.Tensor:
-        """Everything but attention, for the GEMM-only table in the metadata."""
-        h = F.rms_norm(x, (self.shape.hidden,), self.norm)
-        h = (h @ self.qkv)[:, : self.shape.q_heads * self.shape.head_dim] @ self.o + x
-        gate, up = (F.rms_norm(h, (self.shape.hidden,), self.norm) @ self.gate_up).chunk(2, dim=-1)
-        return (F.silu(gate) * up) @ self.down + h
+        """Everything but attention (queries pass straight to the output projection), for the
+        GEMM-only table in the metadata."""
+        return self.layer(x, lambda q: q)
 
     def layer(
         self, x: torch.Tensor, attend: Callable[[torch.Tensor], torch.Tensor]
@@ -294,7 +298,7 @@ class Profiler:
         request's last token (what a serving engine samples from)."""
         s = self.shape
         x = self._random(spec.forward_tokens, s.hidden)
-        decodes = sum(n for n, _ in spec.decode_groups)
+        decodes = spec.decodes
         chunk_ends = list(itertools.accumulate(q for q, _ in spec.chunks))
         last_tokens = torch.tensor(
             [*range(decodes), *(decodes + end - 1 for end in chunk_ends)], device=self.device
@@ -315,15 +319,14 @@ class Profiler:
 
     def _varlen_attend(self, spec: BatchSpec) -> Callable[[torch.Tensor], torch.Tensor]:
         assert self.kv_pool is not None
-        q_lens = [1] * sum(n for n, _ in spec.decode_groups) + [q for q, _ in spec.chunks]
+        q_lens = [1] * spec.decodes + [q for q, _ in spec.chunks]
         k_lens = [ctx for n, ctx in spec.decode_groups for _ in range(n)]
         k_lens += [p + q for q, p in spec.chunks]
         cu_q, cu_k = (
             torch.tensor([0, *itertools.accumulate(lens)], device=self.device, dtype=torch.int32)
             for lens in (q_lens, k_lens)
         )
-        total_k = sum(k_lens)
-        k, v = (pool[:total_k] for pool in self.kv_pool)
+        k, v = (pool[: spec.kv_tokens] for pool in self.kv_pool)
         max_q, max_k = max(q_lens), max(k_lens)
         return lambda q: flash_varlen(q, k, v, cu_q, cu_k, max_q, max_k)
 

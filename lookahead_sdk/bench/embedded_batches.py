@@ -10,9 +10,9 @@ Samples recorded per request:
 - prefill: one chunk (new_tokens=prompt_n, prefix_tokens=cache_n), latency prompt_ms;
 - decode: one decode step at the mean context of the generation, latency predicted_ms/predicted_n.
 Pairs go as one request with two best-effort prompts, so llama-server queues both tasks at once
-and computes them in the same batches (sent as two requests, the first often started alone and the pair
-measured one chunk's time); each prompt lands on the slot that caches its prefix. A pair gives a
-two-chunk prefill sample and a two-context decode sample.
+and computes them in the same batches (sent as two requests, the first often started alone and
+the pair measured one chunk's time); each prompt lands on the slot that caches its prefix. A pair
+gives a two-chunk prefill sample and a two-context decode sample.
 The plan runs `passes` times and the fastest sample per batch shape is kept (see
 `fastest_per_shape`): on a shared CPU, other processes only ever add time. The engine measured
 must run without a host-memory prompt cache (`cache_ram_mib=0`): restoring a prompt from it
