@@ -18,10 +18,10 @@ from autogen_core.models import ModelFamily
 from autogen_ext.models.openai import OpenAIChatCompletionClient
 
 from lookahead_sdk import context_policy
-from lookahead_sdk.adapters import demo
 from lookahead_sdk.adapters.autogen import LookaheadChatCompletionContext, LookaheadModelClient
-from lookahead_sdk.adapters.endpoint import Endpoint
-from lookahead_sdk.runtime import RuntimeMode
+from lookahead_sdk.bench import examples as demo
+from lookahead_sdk.client.endpoint import Endpoint
+from lookahead_sdk.core.runtime import RuntimeMode
 from lookahead_sdk.strategies import Summarize
 
 # A model OpenAI does not know needs its capabilities spelled out.

@@ -18,10 +18,10 @@ from langchain_core.tools import StructuredTool
 from langchain_openai import ChatOpenAI
 
 from lookahead_sdk import context_policy
-from lookahead_sdk.adapters import demo
-from lookahead_sdk.adapters.endpoint import Endpoint
 from lookahead_sdk.adapters.langchain import LookaheadCallbackHandler, LookaheadMiddleware
-from lookahead_sdk.runtime import RuntimeMode
+from lookahead_sdk.bench import examples as demo
+from lookahead_sdk.client.endpoint import Endpoint
+from lookahead_sdk.core.runtime import RuntimeMode
 from lookahead_sdk.strategies import Summarize
 
 

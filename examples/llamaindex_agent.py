@@ -17,10 +17,10 @@ from llama_index.core.agent.workflow import FunctionAgent
 from llama_index.llms.openai_like import OpenAILike
 
 from lookahead_sdk import context_policy
-from lookahead_sdk.adapters import demo
-from lookahead_sdk.adapters.endpoint import Endpoint
 from lookahead_sdk.adapters.llamaindex import LookaheadLLM
-from lookahead_sdk.runtime import RuntimeMode
+from lookahead_sdk.bench import examples as demo
+from lookahead_sdk.client.endpoint import Endpoint
+from lookahead_sdk.core.runtime import RuntimeMode
 from lookahead_sdk.strategies import Summarize
 
 

@@ -13,12 +13,12 @@ from __future__ import annotations
 import asyncio
 
 from lookahead_sdk import context_policy, program
-from lookahead_sdk.adapters import demo
-from lookahead_sdk.adapters.endpoint import Endpoint
 from lookahead_sdk.agent.loop import ReferenceAgent
-from lookahead_sdk.runtime import RuntimeMode
+from lookahead_sdk.base.tools import ToolRegistry
+from lookahead_sdk.bench import examples as demo
+from lookahead_sdk.client.endpoint import Endpoint
+from lookahead_sdk.core.runtime import RuntimeMode
 from lookahead_sdk.strategies import Summarize
-from lookahead_sdk.tools import ToolRegistry
 
 
 @context_policy(Summarize(lookahead_at=1200, hard_limit=2400, recent_budget=400, summary_tokens=48))

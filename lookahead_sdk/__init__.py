@@ -1,8 +1,22 @@
 """lookahead-sdk: lookahead context engineering and program-aware serving for LLM agents."""
 
-from lookahead_sdk.messages import Message
-from lookahead_sdk.offload_store import OffloadStore
-from lookahead_sdk.policy import (
+from lookahead_sdk.base.messages import Message
+from lookahead_sdk.base.tags import RequestTags, current_tags, program, use_tags
+from lookahead_sdk.client.transport import (
+    AsyncTaggingTransport,
+    TaggingTransport,
+    tagged_async_http_client,
+    tagged_http_client,
+)
+from lookahead_sdk.client.warmers import (
+    LlamaCppWarmer,
+    OpenAIWarmer,
+    RequestShape,
+    SGLangWarmer,
+    make_warmer,
+)
+from lookahead_sdk.core.offload_store import OffloadStore
+from lookahead_sdk.core.policy import (
     Completion,
     CompletionClient,
     ContextPolicy,
@@ -11,22 +25,8 @@ from lookahead_sdk.policy import (
     TransformResult,
     context_policy,
 )
-from lookahead_sdk.runtime import CommitKind, CommitOutcome, LookaheadRuntime, RuntimeStats
-from lookahead_sdk.state import LookaheadState, LookaheadStatus, MainState, PartialOutput
-from lookahead_sdk.tags import RequestTags, current_tags, program, use_tags
-from lookahead_sdk.transport import (
-    AsyncTaggingTransport,
-    TaggingTransport,
-    tagged_async_http_client,
-    tagged_http_client,
-)
-from lookahead_sdk.warmup import (
-    LlamaCppWarmer,
-    OpenAIWarmer,
-    RequestShape,
-    SGLangWarmer,
-    make_warmer,
-)
+from lookahead_sdk.core.runtime import CommitKind, CommitOutcome, LookaheadRuntime, RuntimeStats
+from lookahead_sdk.core.state import LookaheadState, LookaheadStatus, MainState, PartialOutput
 
 __version__ = "0.1.0"
 

@@ -23,6 +23,7 @@ import time
 
 from lookahead_sdk.agent.driver import STRATEGIES
 from lookahead_sdk.agent.loop import TurnRecord
+from lookahead_sdk.base.tags import current_tags
 from lookahead_sdk.bench.ttft import (
     DEFAULT_STEPS,
     DEFAULT_TOOL_LATENCY_S,
@@ -30,7 +31,6 @@ from lookahead_sdk.bench.ttft import (
     TtftBenchConfig,
     run_ttft_bench,
 )
-from lookahead_sdk.tags import current_tags
 
 STARTED = time.time()
 

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from lookahead_sdk.tokens import ApproxTokenCounter, CachedTokenCounter
+from lookahead_sdk.base.tokens import ApproxTokenCounter, CachedTokenCounter
 
-pytest_plugins = ["lookahead_sdk.engine.testing"]
+pytest_plugins = ["tests.support.engine"]
 
 
 @pytest.fixture

@@ -21,7 +21,7 @@ from collections.abc import Callable, Hashable, Sequence
 from dataclasses import dataclass
 from typing import Generic, TypeVar
 
-from lookahead_sdk.messages import Message, message_digest
+from lookahead_sdk.base.messages import Message, message_digest
 
 M = TypeVar("M")
 _item = operator.attrgetter("item")

@@ -12,16 +12,16 @@ from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, replace
 from typing import Any, Generic, TypeVar
 
-from lookahead_sdk.adapters._hosted import AdapterLoop, HostedRuntime
 from lookahead_sdk.adapters._mirror import HistoryMirror
-from lookahead_sdk.messages import Message
-from lookahead_sdk.offload_store import OffloadStore
-from lookahead_sdk.policy import CompletionClient, ContextPolicy, Pipeline, resolve_policy
-from lookahead_sdk.runtime import CommitOutcome, LookaheadRuntime, RuntimeMode
+from lookahead_sdk.base.messages import Message
+from lookahead_sdk.base.tags import RequestTags, current_tags
+from lookahead_sdk.base.tokens import TokenCounter
+from lookahead_sdk.client.warmers import RequestShape, Warmer
+from lookahead_sdk.core.hosted import AdapterLoop, HostedRuntime
+from lookahead_sdk.core.offload_store import OffloadStore
+from lookahead_sdk.core.policy import CompletionClient, ContextPolicy, Pipeline, resolve_policy
+from lookahead_sdk.core.runtime import CommitOutcome, LookaheadRuntime, RuntimeMode
 from lookahead_sdk.strategies.offload import Offload
-from lookahead_sdk.tags import RequestTags, current_tags
-from lookahead_sdk.tokens import TokenCounter
-from lookahead_sdk.warmup import RequestShape, Warmer
 
 M = TypeVar("M")
 

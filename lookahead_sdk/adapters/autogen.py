@@ -42,16 +42,16 @@ from autogen_core.models import (
 from autogen_core.tools import FunctionTool, Tool, ToolSchema
 from pydantic import BaseModel, TypeAdapter
 
-from lookahead_sdk.adapters._hosted import AdapterLoop, HookClock, HostedRuntime
 from lookahead_sdk.adapters._session import RuntimeSettings
-from lookahead_sdk.messages import Message, message_digest
-from lookahead_sdk.offload_store import OffloadStore
-from lookahead_sdk.policy import CompletionClient, ContextPolicy
-from lookahead_sdk.runtime import CommitKind, LookaheadRuntime, RuntimeMode
+from lookahead_sdk.base.messages import Message, message_digest
+from lookahead_sdk.base.tags import RequestTags, current_tags, use_tags
+from lookahead_sdk.base.tokens import TokenCounter, auto_token_counter
+from lookahead_sdk.client.warmers import RequestShape, Warmer
+from lookahead_sdk.core.hosted import AdapterLoop, HookClock, HostedRuntime
+from lookahead_sdk.core.offload_store import OffloadStore
+from lookahead_sdk.core.policy import CompletionClient, ContextPolicy
+from lookahead_sdk.core.runtime import CommitKind, LookaheadRuntime, RuntimeMode
 from lookahead_sdk.strategies.offload import read_offloaded_tool
-from lookahead_sdk.tags import RequestTags, current_tags, use_tags
-from lookahead_sdk.tokens import TokenCounter, auto_token_counter
-from lookahead_sdk.warmup import RequestShape, Warmer
 
 _MESSAGES = TypeAdapter(list[LLMMessage])
 

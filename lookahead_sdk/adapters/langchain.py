@@ -47,7 +47,6 @@ from langgraph.graph.message import REMOVE_ALL_MESSAGES
 from langgraph.runtime import Runtime
 from langgraph.types import Command
 
-from lookahead_sdk.adapters._hosted import AdapterLoop, HookClock, HostedRuntime
 from lookahead_sdk.adapters._mirror import HistoryMirror
 from lookahead_sdk.adapters._session import (
     MirroredRuntime,
@@ -55,14 +54,15 @@ from lookahead_sdk.adapters._session import (
     Step,
     policy_offload_store,
 )
-from lookahead_sdk.messages import Message
-from lookahead_sdk.offload_store import OffloadStore
-from lookahead_sdk.policy import CompletionClient, ContextPolicy
-from lookahead_sdk.runtime import CommitKind, RuntimeMode
+from lookahead_sdk.base.messages import Message
+from lookahead_sdk.base.tags import RequestTags, use_tags
+from lookahead_sdk.base.tokens import TokenCounter, auto_token_counter
+from lookahead_sdk.client.warmers import RequestShape, Warmer
+from lookahead_sdk.core.hosted import AdapterLoop, HookClock, HostedRuntime
+from lookahead_sdk.core.offload_store import OffloadStore
+from lookahead_sdk.core.policy import CompletionClient, ContextPolicy
+from lookahead_sdk.core.runtime import CommitKind, RuntimeMode
 from lookahead_sdk.strategies.offload import read_offloaded_tool
-from lookahead_sdk.tags import RequestTags, use_tags
-from lookahead_sdk.tokens import TokenCounter, auto_token_counter
-from lookahead_sdk.warmup import RequestShape, Warmer
 
 DEFAULT_THREAD = "default"
 

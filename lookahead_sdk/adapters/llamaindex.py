@@ -43,17 +43,17 @@ from llama_index.core.memory import BaseMemory
 from llama_index.core.tools import FunctionTool
 from llama_index.llms.openai.utils import from_openai_message_dict, to_openai_message_dict
 
-from lookahead_sdk.adapters._hosted import AdapterLoop, HookClock
 from lookahead_sdk.adapters._mirror import HistoryMirror
 from lookahead_sdk.adapters._session import MirroredRuntime, RuntimeSettings, Step
-from lookahead_sdk.messages import Message
-from lookahead_sdk.offload_store import OffloadStore
-from lookahead_sdk.policy import CompletionClient, ContextPolicy
-from lookahead_sdk.runtime import CommitKind, LookaheadRuntime, RuntimeMode
+from lookahead_sdk.base.messages import Message
+from lookahead_sdk.base.tags import RequestTags, use_tags
+from lookahead_sdk.base.tokens import TokenCounter, auto_token_counter
+from lookahead_sdk.client.warmers import RequestShape, Warmer
+from lookahead_sdk.core.hosted import AdapterLoop, HookClock
+from lookahead_sdk.core.offload_store import OffloadStore
+from lookahead_sdk.core.policy import CompletionClient, ContextPolicy
+from lookahead_sdk.core.runtime import CommitKind, LookaheadRuntime, RuntimeMode
 from lookahead_sdk.strategies.offload import read_offloaded_tool
-from lookahead_sdk.tags import RequestTags, use_tags
-from lookahead_sdk.tokens import TokenCounter, auto_token_counter
-from lookahead_sdk.warmup import RequestShape, Warmer
 
 
 def new_mirror(model: str | None) -> HistoryMirror[ChatMessage]:

@@ -18,8 +18,9 @@ For a server that cannot emit tool calls itself (the embedded engine), the `tool
 clients also obtain them by constrained decoding; `Endpoint` picks the right client for a server.
 """
 
-from lookahead_sdk.adapters.endpoint import Endpoint, probe_server
-from lookahead_sdk.adapters.toolcall_transport import (
+from lookahead_sdk.base.tags import RequestTags, current_tags, program, use_tags
+from lookahead_sdk.client.endpoint import Endpoint, probe_server
+from lookahead_sdk.client.toolcall_transport import (
     AsyncToolCallTransport,
     ToolCallTransport,
     ToolCallWarmer,
@@ -27,8 +28,7 @@ from lookahead_sdk.adapters.toolcall_transport import (
     tool_call_async_http_client,
     tool_call_http_client,
 )
-from lookahead_sdk.tags import RequestTags, current_tags, program, use_tags
-from lookahead_sdk.transport import (
+from lookahead_sdk.client.transport import (
     AsyncTaggingTransport,
     TaggingTransport,
     tagged_async_http_client,

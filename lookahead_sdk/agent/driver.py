@@ -9,7 +9,6 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Literal
 
-from lookahead_sdk.agent.llm import ChatClient
 from lookahead_sdk.agent.loop import AgentRun, ReferenceAgent, TurnRecord
 from lookahead_sdk.agent.workload import (
     DEFAULT_LARGE_OUTPUT_EVERY,
@@ -19,15 +18,16 @@ from lookahead_sdk.agent.workload import (
     default_read_tokens,
     workload_tools,
 )
-from lookahead_sdk.messages import Message
-from lookahead_sdk.offload_store import OffloadStore
-from lookahead_sdk.policy import ContextPolicy
-from lookahead_sdk.slack import DEFAULT_GATE_ADMISSION, GateAdmission, SlackGate
+from lookahead_sdk.base.completion import ChatClient
+from lookahead_sdk.base.messages import Message
+from lookahead_sdk.base.tags import program
+from lookahead_sdk.base.tokens import TokenCounter, auto_token_counter
+from lookahead_sdk.base.tools import ToolRegistry
+from lookahead_sdk.client.slack import DEFAULT_GATE_ADMISSION, GateAdmission, SlackGate
+from lookahead_sdk.client.warmers import LlamaCppWarmer, make_warmer
+from lookahead_sdk.core.offload_store import OffloadStore
+from lookahead_sdk.core.policy import ContextPolicy
 from lookahead_sdk.strategies import Isolate, KeepRecent, Offload, Summarize
-from lookahead_sdk.tags import program
-from lookahead_sdk.tokens import TokenCounter, auto_token_counter
-from lookahead_sdk.tools import ToolRegistry
-from lookahead_sdk.warmup import LlamaCppWarmer, make_warmer
 
 STRATEGIES: tuple[str, ...] = ("offload", "keep_recent", "summarize", "isolate")
 Mode = Literal["sync", "lookahead"]

@@ -8,16 +8,16 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any, ClassVar
 
-from lookahead_sdk.agent.llm import ChatClient, ChatResult
 from lookahead_sdk.agent.workload import Delegation, PlannedCall, Step
-from lookahead_sdk.messages import Message
-from lookahead_sdk.offload_store import OffloadStore
-from lookahead_sdk.policy import ContextPolicy, resolve_policy
-from lookahead_sdk.runtime import CommitKind, LookaheadRuntime, RuntimeMode, RuntimeStats
-from lookahead_sdk.tags import current_tags, use_tags
-from lookahead_sdk.tokens import TokenCounter, count_message
-from lookahead_sdk.tools import ToolRegistry
-from lookahead_sdk.warmup import RequestShape, Warmer, notify_warmer
+from lookahead_sdk.base.completion import ChatClient, ChatResult
+from lookahead_sdk.base.messages import Message
+from lookahead_sdk.base.tags import current_tags, use_tags
+from lookahead_sdk.base.tokens import TokenCounter, count_message
+from lookahead_sdk.base.tools import ToolRegistry
+from lookahead_sdk.client.warmers import RequestShape, Warmer, notify_warmer
+from lookahead_sdk.core.offload_store import OffloadStore
+from lookahead_sdk.core.policy import ContextPolicy, resolve_policy
+from lookahead_sdk.core.runtime import CommitKind, LookaheadRuntime, RuntimeMode, RuntimeStats
 
 
 @dataclass(frozen=True)

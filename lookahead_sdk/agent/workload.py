@@ -16,9 +16,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from lookahead_sdk.policy import PAPER_WINDOW_TOKENS
-from lookahead_sdk.tokens import TokenCounter
-from lookahead_sdk.tools import Tool
+from lookahead_sdk.base.tokens import TokenCounter
+from lookahead_sdk.base.tools import Tool
+from lookahead_sdk.core.policy import PAPER_WINDOW_TOKENS
 
 # Tokens a read adds to the context, scaled with the model's window like every threshold. The
 # paper's workload adds ~600-650 tokens per step to a 32K model. Files are read in chunks of

@@ -14,11 +14,11 @@ import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
+from lookahead_sdk.base.messages import Message
+from lookahead_sdk.base.tokens import auto_token_counter
 from lookahead_sdk.bench.common import new_figure, percentile, progress, save_figure, write_json
-from lookahead_sdk.messages import Message
-from lookahead_sdk.runtime import LookaheadRuntime
+from lookahead_sdk.core.runtime import LookaheadRuntime
 from lookahead_sdk.strategies import Summarize
-from lookahead_sdk.tokens import auto_token_counter
 
 CONTEXTS = (2048, 32768, 131072)
 HISTORY_MESSAGES = 200

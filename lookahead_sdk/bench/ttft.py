@@ -23,7 +23,7 @@ from lookahead_sdk.agent.driver import STRATEGIES, RunResult, run_agents
 from lookahead_sdk.agent.loop import TurnRecord
 from lookahead_sdk.agent.workload import DEFAULT_LARGE_OUTPUT_EVERY, default_read_tokens
 from lookahead_sdk.bench.common import new_figure, percentile, progress, save_figure, write_json
-from lookahead_sdk.slack import DEFAULT_GATE_ADMISSION, GATE_ADMISSIONS, GateAdmission
+from lookahead_sdk.client.slack import DEFAULT_GATE_ADMISSION, GATE_ADMISSIONS, GateAdmission
 
 MODES = ("sync", "lookahead")
 # Mean time a tool call takes to come back (the workload draws 0.5x-1.5x of it per call): a

@@ -4,7 +4,7 @@ Stock llama-server fills each batch by walking its slots in index order and samp
 token only when the whole batch is computed. A short latency-critical prompt (an agent's commit
 turn, which a lookahead left with only its newest output to prefill) that arrives next to another
 agent's long prompt waits for both. The edits make llama-server honour the request's
-``priority_class`` tag (sent by ``lookahead_sdk.transport``) when it fills a batch:
+``priority_class`` tag (sent by ``lookahead_sdk.client.transport``) when it fills a batch:
 
 - latency-critical prompts first, and among them the one with the fewest tokens left first;
 - best-effort prompts (``"priority_class": "be"``) only fill batches that no latency-critical

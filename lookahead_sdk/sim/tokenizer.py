@@ -15,7 +15,7 @@ from collections import OrderedDict
 from collections.abc import Mapping, Sequence
 from typing import Any, Protocol
 
-from lookahead_sdk.tokens import CL100K_PATTERN, CL100K_SPECIAL_TOKENS, find_tiktoken_file
+from lookahead_sdk.base.tokens import CL100K_PATTERN, CL100K_SPECIAL_TOKENS, find_tiktoken_file
 
 IM_START = 100_264
 IM_END = 100_265

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from lookahead_sdk.policy import Budget, ContextPolicy, resolve_budget
-from lookahead_sdk.state import LookaheadState, LookaheadStatus, MainState
+from lookahead_sdk.core.policy import Budget, ContextPolicy, resolve_budget
+from lookahead_sdk.core.state import LookaheadState, LookaheadStatus, MainState
 
 # Paper defaults, as fractions of a 32K window (15K hard limit, 11K soft trigger).
 HARD_LIMIT = 15 / 32

@@ -14,9 +14,9 @@ import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-from lookahead_sdk.messages import Message
-from lookahead_sdk.policy import ContextPolicy, TransformContext, TransformResult
-from lookahead_sdk.state import LookaheadState, LookaheadStatus, MainState, PartialOutput
+from lookahead_sdk.base.messages import Message
+from lookahead_sdk.core.policy import ContextPolicy, TransformContext, TransformResult
+from lookahead_sdk.core.state import LookaheadState, LookaheadStatus, MainState, PartialOutput
 
 SubagentPrompt = str | Callable[[Sequence[Message]], str]
 

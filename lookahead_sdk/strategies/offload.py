@@ -5,18 +5,18 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from lookahead_sdk.messages import Message, with_content
-from lookahead_sdk.offload_store import OffloadStore
-from lookahead_sdk.policy import (
+from lookahead_sdk.base.messages import Message, with_content
+from lookahead_sdk.base.tools import Tool
+from lookahead_sdk.core.offload_store import OffloadStore
+from lookahead_sdk.core.policy import (
     Budget,
     TransformContext,
     TransformResult,
     check_budget,
     resolve_budget,
 )
-from lookahead_sdk.state import LookaheadState, LookaheadStatus, MainState
+from lookahead_sdk.core.state import LookaheadState, LookaheadStatus, MainState
 from lookahead_sdk.strategies._limits import HARD_LIMIT, LimitTriggered
-from lookahead_sdk.tools import Tool
 
 PLACEHOLDER_PREFIX = "[offloaded tool output"
 PREVIEW_CHARS = 160

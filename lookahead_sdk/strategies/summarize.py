@@ -5,8 +5,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from lookahead_sdk.messages import Message, answered_prefix_end, leading_system_count
-from lookahead_sdk.policy import (
+from lookahead_sdk.base.messages import Message, answered_prefix_end, leading_system_count
+from lookahead_sdk.core.policy import (
     Budget,
     TransformContext,
     TransformResult,

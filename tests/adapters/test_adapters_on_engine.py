@@ -16,10 +16,10 @@ from typing import Any
 import pytest
 
 from lookahead_sdk import RequestTags
-from lookahead_sdk.adapters import demo
-from lookahead_sdk.adapters.endpoint import Endpoint
-from lookahead_sdk.adapters.toolcalls import render_tool_calls
-from lookahead_sdk.runtime import CommitKind, RuntimeStats
+from lookahead_sdk.bench import examples as demo
+from lookahead_sdk.client.endpoint import Endpoint
+from lookahead_sdk.client.toolcalls import render_tool_calls
+from lookahead_sdk.core.runtime import CommitKind, RuntimeStats
 from lookahead_sdk.strategies import Summarize
 from lookahead_sdk.strategies.summarize import SUMMARY_PREFIX
 

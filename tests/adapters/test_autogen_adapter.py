@@ -35,10 +35,10 @@ from lookahead_sdk.adapters.autogen import (
     from_openai,
     to_openai,
 )
-from lookahead_sdk.runtime import CommitKind
-from lookahead_sdk.state import LookaheadStatus
+from lookahead_sdk.base.tokens import ApproxTokenCounter, CachedTokenCounter
+from lookahead_sdk.core.runtime import CommitKind
+from lookahead_sdk.core.state import LookaheadStatus
 from lookahead_sdk.strategies import KeepRecent, Offload, Summarize
-from lookahead_sdk.tokens import ApproxTokenCounter, CachedTokenCounter
 
 from ..support.recording_proxy import RecordingProxy
 

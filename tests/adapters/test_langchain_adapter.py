@@ -22,9 +22,9 @@ from lookahead_sdk.adapters.langchain import (
     LookaheadMiddleware,
     merged_settings,
 )
-from lookahead_sdk.runtime import CommitKind
+from lookahead_sdk.base.tokens import ApproxTokenCounter, CachedTokenCounter
+from lookahead_sdk.core.runtime import CommitKind
 from lookahead_sdk.strategies import KeepRecent, Offload, Summarize
-from lookahead_sdk.tokens import ApproxTokenCounter, CachedTokenCounter
 
 from ..support.recording_proxy import RecordingProxy
 

@@ -16,9 +16,9 @@ from llama_index.llms.openai_like import OpenAILike
 
 from lookahead_sdk import RequestTags, context_policy
 from lookahead_sdk.adapters.llamaindex import LookaheadLLM, LookaheadMemory
-from lookahead_sdk.runtime import CommitKind
+from lookahead_sdk.base.tokens import ApproxTokenCounter, CachedTokenCounter
+from lookahead_sdk.core.runtime import CommitKind
 from lookahead_sdk.strategies import KeepRecent, Offload, Summarize
-from lookahead_sdk.tokens import ApproxTokenCounter, CachedTokenCounter
 
 from ..support.recording_proxy import RecordingProxy
 

@@ -9,7 +9,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from lookahead_sdk.adapters._mirror import HistoryMirror
-from lookahead_sdk.messages import Message
+from lookahead_sdk.base.messages import Message
 
 
 @dataclass(eq=False)  # identity matters: frameworks hand back the same objects, or copies

@@ -12,15 +12,15 @@ import httpx
 import pytest
 from openai import AsyncOpenAI, OpenAI
 
-from lookahead_sdk.adapters.toolcall_transport import (
+from lookahead_sdk.base.messages import Message
+from lookahead_sdk.client.toolcall_transport import (
     AsyncToolCallTransport,
     SSEDecoder,
     ToolCallTransport,
     ToolCallWarmer,
     decode_completion,
 )
-from lookahead_sdk.messages import Message
-from lookahead_sdk.warmup import RequestShape, WarmupResult
+from lookahead_sdk.client.warmers import RequestShape, WarmupResult
 
 TOOLS = [
     {

@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from lookahead_sdk.adapters.toolcalls import (
+from lookahead_sdk.client.toolcalls import (
     StreamDecoder,
     call_schema,
     call_text,

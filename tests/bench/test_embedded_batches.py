@@ -9,9 +9,9 @@ from lookahead_sdk.bench.embedded_batches import (
     fastest_per_shape,
     measure_embedded_batches,
 )
-from lookahead_sdk.engine.testing import embedded_engine  # noqa: F401  (session fixture)
 from lookahead_sdk.scheduling import BatchShape, PrefillChunk
 from lookahead_sdk.scheduling.measurements import BatchMeasurement
+from tests.support.engine import embedded_engine  # noqa: F401  (session fixture)
 
 
 def test_fastest_repeat_is_kept_per_batch_shape() -> None:

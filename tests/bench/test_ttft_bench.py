@@ -19,7 +19,7 @@ from lookahead_sdk.bench.ttft import (
     summary_rows,
     transform_vs_same_size_normal,
 )
-from lookahead_sdk.engine.testing import embedded_engine  # noqa: F401  (session fixture)
+from tests.support.engine import embedded_engine  # noqa: F401  (session fixture)
 
 RUN_FIELDS = {
     "transform_ttft_s": list,

@@ -6,7 +6,7 @@ import json
 
 from hypothesis import strategies as st
 
-from lookahead_sdk.messages import Message
+from lookahead_sdk.base.messages import Message
 
 
 @st.composite

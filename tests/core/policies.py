@@ -16,9 +16,9 @@ from lookahead_sdk import (
     TransformContext,
     TransformResult,
 )
-from lookahead_sdk.messages import Message
-from lookahead_sdk.state import LookaheadStatus
-from lookahead_sdk.warmup import WarmupResult
+from lookahead_sdk.base.messages import Message
+from lookahead_sdk.client.warmers import WarmupResult
+from lookahead_sdk.core.state import LookaheadStatus
 
 
 def digest(messages: Sequence[Message]) -> str:

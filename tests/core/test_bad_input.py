@@ -77,7 +77,7 @@ def test_malformed_messages_are_rejected_and_nothing_is_appended(
 
 
 def test_messages_must_be_a_list() -> None:
-    from lookahead_sdk.messages import validate_messages
+    from lookahead_sdk.base.messages import validate_messages
 
     with pytest.raises(TypeError, match="list"):
         validate_messages({"role": "user", "content": "x"})

@@ -10,11 +10,11 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from lookahead_sdk import CommitKind, LookaheadRuntime, OffloadStore
-from lookahead_sdk.messages import Message
-from lookahead_sdk.policy import ContextPolicy
-from lookahead_sdk.state import LookaheadState, MainState
+from lookahead_sdk.base.messages import Message
+from lookahead_sdk.base.tokens import ApproxTokenCounter, CachedTokenCounter
+from lookahead_sdk.core.policy import ContextPolicy
+from lookahead_sdk.core.state import LookaheadState, MainState
 from lookahead_sdk.strategies import KeepRecent, Offload, Summarize
-from lookahead_sdk.tokens import ApproxTokenCounter, CachedTokenCounter
 
 from .policies import RecordingWarmer
 

@@ -12,10 +12,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from lookahead_sdk import CommitKind, LookaheadRuntime, OffloadStore
-from lookahead_sdk.messages import Message, calls_tools
-from lookahead_sdk.state import LookaheadState, LookaheadStatus, MainState
+from lookahead_sdk.base.messages import Message, calls_tools
+from lookahead_sdk.client.warmers import RequestShape
+from lookahead_sdk.core.state import LookaheadState, LookaheadStatus, MainState
 from lookahead_sdk.strategies import KeepRecent, Offload
-from lookahead_sdk.warmup import RequestShape
 
 from .policies import RecordingWarmer, misbehave
 from .test_commit_ahead import COUNTER, HARD, START, model_turn, tool_output

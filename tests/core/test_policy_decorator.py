@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 from lookahead_sdk import LookaheadRuntime, context_policy
-from lookahead_sdk.agent.llm import ChatClient
 from lookahead_sdk.agent.loop import ReferenceAgent
+from lookahead_sdk.base.completion import ChatClient
+from lookahead_sdk.base.tools import ToolRegistry
 from lookahead_sdk.strategies import KeepRecent, Offload, Summarize
-from lookahead_sdk.tools import ToolRegistry
 
 
 async def test_decorated_agent_function_runs_its_runtimes_with_the_policy() -> None:
@@ -24,7 +24,7 @@ def test_decorated_sync_function_and_no_leak_outside() -> None:
 
     @context_policy(KeepRecent())
     def build():
-        from lookahead_sdk.policy import active_policy
+        from lookahead_sdk.core.policy import active_policy
 
         return active_policy()
 

@@ -8,12 +8,12 @@ from collections.abc import Sequence
 from typing import Any
 
 from lookahead_sdk import CommitKind
-from lookahead_sdk.agent.llm import ChatResult
 from lookahead_sdk.agent.loop import ReferenceAgent
 from lookahead_sdk.agent.workload import Delegation, PlannedCall
-from lookahead_sdk.messages import Message
+from lookahead_sdk.base.completion import ChatResult
+from lookahead_sdk.base.messages import Message
+from lookahead_sdk.base.tools import Tool, ToolRegistry
 from lookahead_sdk.strategies import Isolate, KeepRecent
-from lookahead_sdk.tools import Tool, ToolRegistry
 
 from .policies import RecordingWarmer
 

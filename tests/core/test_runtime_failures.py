@@ -9,8 +9,8 @@ from collections.abc import Sequence
 import pytest
 
 from lookahead_sdk import CommitKind, LookaheadRuntime, LookaheadStatus, RequestShape
-from lookahead_sdk.messages import Message
-from lookahead_sdk.warmup import WarmupResult, WarmupSpend
+from lookahead_sdk.base.messages import Message
+from lookahead_sdk.client.warmers import WarmupResult, WarmupSpend
 
 from .policies import CountingPolicy, RecordingWarmer, drop_middle, user
 

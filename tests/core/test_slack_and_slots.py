@@ -8,8 +8,8 @@ import pytest
 from openai import AsyncOpenAI
 
 from lookahead_sdk import RequestTags, tagged_async_http_client, use_tags
-from lookahead_sdk.llamacpp_slots import SlotPairs
-from lookahead_sdk.slack import FOREGROUND, ForegroundRegistry, SlackGate, origin_of
+from lookahead_sdk.client.llamacpp_slots import SlotPairs
+from lookahead_sdk.client.slack import FOREGROUND, ForegroundRegistry, SlackGate, origin_of
 
 from ..support.recording_proxy import RecordingProxy
 
@@ -158,7 +158,7 @@ def test_a_spawned_sub_agent_runs_in_the_slot_its_context_was_warmed_in() -> Non
 
 
 async def test_llamacpp_wire_adds_the_slot(stub_server: RecordingProxy) -> None:
-    from lookahead_sdk.llamacpp_slots import SLOT_PAIRS
+    from lookahead_sdk.client.llamacpp_slots import SLOT_PAIRS
 
     origin = origin_of(stub_server.url)
     SLOT_PAIRS.configure(origin, 4)
@@ -182,8 +182,8 @@ def test_a_commit_runs_in_the_slot_holding_more_of_its_context(
     stub_server: RecordingProxy, live_share: float, swapped: bool
 ) -> None:
     from lookahead_sdk import LlamaCppWarmer
-    from lookahead_sdk.llamacpp_slots import SLOT_PAIRS
-    from lookahead_sdk.warmup import BranchSlot
+    from lookahead_sdk.client.llamacpp_slots import SLOT_PAIRS
+    from lookahead_sdk.client.warmers import BranchSlot
 
     warmer = LlamaCppWarmer(stub_server.url)
     SLOT_PAIRS.configure(warmer.origin, 4)
@@ -200,7 +200,7 @@ def test_a_commit_runs_in_the_slot_holding_more_of_its_context(
 
 
 def test_shared_prefix_share_is_the_cached_part_in_tokens(approx_counter) -> None:
-    from lookahead_sdk.state import MainState
+    from lookahead_sdk.core.state import MainState
 
     live = [{"role": "user", "content": "a " * 300}, {"role": "assistant", "content": "b " * 100}]
     state = MainState(live, token_counter=approx_counter)

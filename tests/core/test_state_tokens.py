@@ -7,8 +7,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from lookahead_sdk import MainState
-from lookahead_sdk.messages import content_text
-from lookahead_sdk.tokens import (
+from lookahead_sdk.base.messages import content_text
+from lookahead_sdk.base.tokens import (
     MESSAGE_OVERHEAD_TOKENS,
     ApproxTokenCounter,
     CachedTokenCounter,
@@ -105,7 +105,7 @@ def reference_cl100k(monkeypatch: pytest.MonkeyPatch):
     """tiktoken's own cl100k_base, loaded through its cache directory (the copy llama-index ships)."""
     import tiktoken
 
-    from lookahead_sdk.tokens import find_tiktoken_file
+    from lookahead_sdk.base.tokens import find_tiktoken_file
 
     path = find_tiktoken_file("cl100k_base")
     assert path is not None
@@ -116,7 +116,7 @@ def reference_cl100k(monkeypatch: pytest.MonkeyPatch):
 def test_auto_counter_falls_back_without_a_server_or_bpe_file(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    monkeypatch.setattr("lookahead_sdk.tokens.find_tiktoken_file", lambda encoding: None)
+    monkeypatch.setattr("lookahead_sdk.base.tokens.find_tiktoken_file", lambda encoding: None)
     counter = auto_token_counter("http://127.0.0.1:9")  # nothing listens there
     assert counter.name == "approx-bytes/4"
     assert counter.count_text("abcdefgh") == 2

@@ -10,12 +10,12 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from lookahead_sdk import CommitKind, Completion, LookaheadRuntime, OffloadStore, TransformContext
-from lookahead_sdk.messages import Message
-from lookahead_sdk.state import LookaheadState, MainState
+from lookahead_sdk.base.messages import Message
+from lookahead_sdk.base.tokens import ApproxTokenCounter, CachedTokenCounter
+from lookahead_sdk.core.state import LookaheadState, MainState
 from lookahead_sdk.strategies import Isolate, KeepRecent, Offload, Summarize, read_offloaded_tool
 from lookahead_sdk.strategies.isolate import instruction_from_arguments
 from lookahead_sdk.strategies.summarize import SUMMARY_PREFIX
-from lookahead_sdk.tokens import ApproxTokenCounter, CachedTokenCounter
 
 from .histories import agent_history, assert_tool_pairs_intact
 
@@ -169,7 +169,7 @@ def test_summarize_commits_system_summary_and_recent(history: list[Message]) -> 
     assert recent == history[len(history) - len(recent) :]
     # The summary request is the live context itself (up to its last unanswered tool call),
     # so it extends what the server has cached for the agent's next turn.
-    from lookahead_sdk.messages import answered_prefix_end
+    from lookahead_sdk.base.messages import answered_prefix_end
 
     assert request[:-1] == history[: answered_prefix_end(history)]
     assert len(request) - 1 >= len(history) - len(recent)
@@ -317,7 +317,7 @@ def test_isolate_sync_mode_builds_the_same_context(approx_counter) -> None:
 def test_answered_prefix_end_stops_before_a_pending_tool_call(
     history: list[Message], cut: int
 ) -> None:
-    from lookahead_sdk.messages import answered_prefix_end
+    from lookahead_sdk.base.messages import answered_prefix_end
 
     truncated = history[: min(cut, len(history))]
     end = answered_prefix_end(truncated)

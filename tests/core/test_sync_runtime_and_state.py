@@ -8,7 +8,7 @@ import time
 import pytest
 
 from lookahead_sdk import CommitKind, LookaheadRuntime, LookaheadStatus, RequestTags, use_tags
-from lookahead_sdk.sync_runtime import SyncLookaheadRuntime
+from lookahead_sdk.core.sync_runtime import SyncLookaheadRuntime
 
 from .policies import CountingPolicy, drop_middle, user
 

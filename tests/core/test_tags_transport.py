@@ -14,7 +14,7 @@ from lookahead_sdk import (
     tagged_http_client,
     use_tags,
 )
-from lookahead_sdk.transport import TaggingTransport
+from lookahead_sdk.client.transport import TaggingTransport
 
 from ..support.recording_proxy import RecordingProxy
 

@@ -16,14 +16,14 @@ import pytest
 
 from lookahead_sdk import CommitKind, LlamaCppWarmer, OffloadStore
 from lookahead_sdk.agent.driver import handover_from_history
-from lookahead_sdk.agent.llm import ChatClient
 from lookahead_sdk.agent.loop import AgentRun, ReferenceAgent
 from lookahead_sdk.agent.workload import MAIN_SYSTEM_PROMPT, CodeAnalysisWorkload, workload_tools
-from lookahead_sdk.policy import ContextPolicy
+from lookahead_sdk.base.completion import ChatClient
+from lookahead_sdk.base.tags import program
+from lookahead_sdk.base.tokens import auto_token_counter
+from lookahead_sdk.base.tools import ToolRegistry
+from lookahead_sdk.core.policy import ContextPolicy
 from lookahead_sdk.strategies import Isolate, KeepRecent, Offload, Summarize
-from lookahead_sdk.tags import program
-from lookahead_sdk.tokens import auto_token_counter
-from lookahead_sdk.tools import ToolRegistry
 
 from ..support.recording_proxy import RecordingProxy
 

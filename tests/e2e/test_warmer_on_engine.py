@@ -11,13 +11,13 @@ import httpx
 import pytest
 
 from lookahead_sdk import LlamaCppWarmer, RequestTags, use_tags
-from lookahead_sdk.agent.llm import ChatClient
 from lookahead_sdk.agent.workload import corpus_root
-from lookahead_sdk.llamacpp_slots import SLOT_PAIRS
-from lookahead_sdk.slack import SlackGate
-from lookahead_sdk.state import MainState
-from lookahead_sdk.tokens import auto_token_counter
-from lookahead_sdk.warmup import RequestShape
+from lookahead_sdk.base.completion import ChatClient
+from lookahead_sdk.base.tokens import auto_token_counter
+from lookahead_sdk.client.llamacpp_slots import SLOT_PAIRS
+from lookahead_sdk.client.slack import SlackGate
+from lookahead_sdk.client.warmers import RequestShape
+from lookahead_sdk.core.state import MainState
 
 pytestmark = pytest.mark.engine
 

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from lookahead_sdk.engine import cli
+from lookahead_sdk.cli import engine as cli
 
 
 def run(*argv: str) -> int:

@@ -17,7 +17,7 @@ from lookahead_sdk.engine import (
 )
 from lookahead_sdk.engine.server import port_in_use
 from lookahead_sdk.engine.state import process_command_line, read_state
-from lookahead_sdk.engine.testing import engine_fixture
+from tests.support.engine import engine_fixture
 
 pytestmark = pytest.mark.engine
 

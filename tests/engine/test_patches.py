@@ -62,7 +62,7 @@ def test_changing_an_edit_changes_where_the_binaries_are_cached() -> None:
 
 def test_the_edits_tag_the_request_field_the_transport_sends() -> None:
     # The engine reads "priority_class" with "be" for best-effort: the transport's wire names.
-    from lookahead_sdk.tags import RequestTags
+    from lookahead_sdk.base.tags import RequestTags
 
     body = RequestTags(program_id="p").lookahead("g").to_body()
     assert body["priority_class"] == "be"

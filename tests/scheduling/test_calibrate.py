@@ -9,6 +9,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from lookahead_sdk.cli import scheduling as scheduling_cli
 from lookahead_sdk.scheduling import (
     BatchShape,
     LatencyModel,
@@ -18,7 +19,6 @@ from lookahead_sdk.scheduling import (
     TokenOnlyModel,
     load_profile,
 )
-from lookahead_sdk.scheduling import cli as scheduling_cli
 from lookahead_sdk.scheduling.calibrate import (
     _huber_relative_fit,
     _weighted_nnls,

@@ -18,8 +18,8 @@ import sglang.srt.plugins as sglang_plugins
 from sglang.srt.managers.io_struct import GetInternalStateReqOutput, msgpack_decode, msgpack_encode
 from sglang.srt.plugins.hook_registry import HookRegistry
 
+from lookahead_sdk.cli import sglang as launch_cli
 from lookahead_sdk.sglang_plugin import HOOKS, PLUGIN_NAME, register
-from lookahead_sdk.sglang_plugin import cli as launch_cli
 from lookahead_sdk.sglang_plugin.scheduler_hooks import STATS_KEY, after_get_internal_state
 
 

@@ -7,7 +7,7 @@ constrained decoding (see `toolcalls`), plus the matching warm-up wrapper.
 Every chat request is rewritten the same way: history tool calls rendered as content, and, when
 tools are offered, `tools`/`tool_choice` replaced by a `response_format` json_schema. Replies,
 whole or streamed (SSE), come back in standard OpenAI form with `tool_calls`. The clients also
-tag requests like `lookahead_sdk.transport.tagged_*_http_client`.
+tag requests like `lookahead_sdk.client.transport.tagged_*_http_client`.
 
 Warm-ups must render exactly like the requests they prepare: wrap the runtime's warmer in
 `ToolCallWarmer` so its messages get the same rewrite.
@@ -22,20 +22,20 @@ from typing import Any
 
 import httpx
 
-from lookahead_sdk.adapters.toolcalls import (
+from lookahead_sdk.base.messages import Message
+from lookahead_sdk.client.toolcalls import (
     StreamDecoder,
     call_schema,
     decode_reply,
     render_tool_calls,
 )
-from lookahead_sdk.messages import Message
-from lookahead_sdk.transport import (
+from lookahead_sdk.client.transport import (
     DEFAULT_TIMEOUT,
     AsyncTaggingTransport,
     TaggingTransport,
     WireFormat,
 )
-from lookahead_sdk.warmup import RequestShape, Warmer, WarmupResult, notify_warmer
+from lookahead_sdk.client.warmers import RequestShape, Warmer, WarmupResult, notify_warmer
 
 _DROPPED_RESPONSE_HEADERS = ("content-length", "content-encoding", "transfer-encoding")
 

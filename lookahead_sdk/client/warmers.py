@@ -21,11 +21,11 @@ from typing import Any, Protocol, runtime_checkable
 
 import httpx
 
-from lookahead_sdk.llamacpp_slots import SLOT_PAIRS
-from lookahead_sdk.messages import Message, calls_tools
-from lookahead_sdk.slack import ChunkSizer, SlackGate, origin_of
-from lookahead_sdk.tags import current_tags
-from lookahead_sdk.transport import WireFormat, tagged_async_http_client
+from lookahead_sdk.base.messages import Message, calls_tools
+from lookahead_sdk.base.tags import current_tags
+from lookahead_sdk.client.llamacpp_slots import SLOT_PAIRS
+from lookahead_sdk.client.slack import ChunkSizer, SlackGate, origin_of
+from lookahead_sdk.client.transport import WireFormat, tagged_async_http_client
 
 # Marks the end of an open (still being written) last message, to cut the rendering right there.
 OPEN_MESSAGE_SENTINEL = "\u2063LOOKAHEAD-OPEN\u2063"

@@ -19,11 +19,11 @@ from typing import Annotated, Literal, get_args
 from rich.console import Console
 from rich.table import Table
 
-from lookahead_sdk.adapters.endpoint import Endpoint
 from lookahead_sdk.agent.workload import corpus_root, read_source_tool
+from lookahead_sdk.base.tools import Tool
 from lookahead_sdk.bench.common import write_json
-from lookahead_sdk.runtime import CommitKind
-from lookahead_sdk.tools import Tool
+from lookahead_sdk.client.endpoint import Endpoint
+from lookahead_sdk.core.runtime import CommitKind
 
 MODULES: tuple[str, ...] = (
     "csv.py",

@@ -32,25 +32,31 @@ from dataclasses import asdict, dataclass, replace
 from enum import StrEnum
 from typing import Any, Literal
 
-from lookahead_sdk.messages import Message, calls_tools
-from lookahead_sdk.offload_store import OffloadStore
-from lookahead_sdk.policy import (
+from lookahead_sdk.base.messages import Message, calls_tools
+from lookahead_sdk.base.tags import RequestTags, current_tags, use_tags
+from lookahead_sdk.base.tokens import TokenCounter
+from lookahead_sdk.client.slack import FOREGROUND
+from lookahead_sdk.client.warmers import (
+    RequestShape,
+    Warmer,
+    WarmupSpend,
+    keywords_accepted,
+    notify_warmer,
+)
+from lookahead_sdk.core.offload_store import OffloadStore
+from lookahead_sdk.core.policy import (
     CompletionClient,
     ContextPolicy,
     TransformContext,
     TransformResult,
     resolve_policy,
 )
-from lookahead_sdk.slack import FOREGROUND
-from lookahead_sdk.state import LookaheadState, LookaheadStatus, MainState, PartialOutput, Snapshot
-from lookahead_sdk.tags import RequestTags, current_tags, use_tags
-from lookahead_sdk.tokens import TokenCounter
-from lookahead_sdk.warmup import (
-    RequestShape,
-    Warmer,
-    WarmupSpend,
-    keywords_accepted,
-    notify_warmer,
+from lookahead_sdk.core.state import (
+    LookaheadState,
+    LookaheadStatus,
+    MainState,
+    PartialOutput,
+    Snapshot,
 )
 
 log = logging.getLogger(__name__)

@@ -17,7 +17,7 @@ from typing import Protocol, runtime_checkable
 
 import httpx
 
-from lookahead_sdk.messages import Message, content_text
+from lookahead_sdk.base.messages import Message, content_text
 
 log = logging.getLogger(__name__)
 

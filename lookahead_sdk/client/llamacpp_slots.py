@@ -17,7 +17,7 @@ from __future__ import annotations
 import threading
 from dataclasses import dataclass
 
-from lookahead_sdk.tags import RequestTags
+from lookahead_sdk.base.tags import RequestTags
 
 
 @dataclass

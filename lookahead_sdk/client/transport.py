@@ -16,15 +16,15 @@ from typing import Any, Literal
 
 import httpx
 
-from lookahead_sdk.llamacpp_slots import SLOT_PAIRS
-from lookahead_sdk.slack import (
+from lookahead_sdk.base.tags import PROGRAM_HEADER, RequestTags, current_tags
+from lookahead_sdk.client.llamacpp_slots import SLOT_PAIRS
+from lookahead_sdk.client.slack import (
     FOREGROUND,
     ForegroundRequest,
     counts_as_foreground,
     is_generation_path,
     origin_of,
 )
-from lookahead_sdk.tags import PROGRAM_HEADER, RequestTags, current_tags
 
 WireFormat = Literal["openai", "sglang", "vllm", "llamacpp"]
 WIRE_FORMATS: tuple[str, ...] = ("openai", "sglang", "vllm", "llamacpp")

@@ -10,10 +10,10 @@ from typing import Any
 
 from openai import AsyncOpenAI
 
-from lookahead_sdk.messages import Message
-from lookahead_sdk.policy import Completion
-from lookahead_sdk.slack import SlackGate
-from lookahead_sdk.transport import WireFormat, tagged_async_http_client
+from lookahead_sdk.base.messages import Message
+from lookahead_sdk.client.slack import SlackGate
+from lookahead_sdk.client.transport import WireFormat, tagged_async_http_client
+from lookahead_sdk.core.policy import Completion
 
 # Called with (text so far, tool name being written or None) as output streams in.
 DeltaCallback = Callable[[str, str | None], Awaitable[None] | None]

@@ -1,6 +1,6 @@
 """A pytest fixture that serves the embedded engine to a whole test session.
 
-Register it from a conftest with ``pytest_plugins = ["lookahead_sdk.engine.testing"]`` (or import
+Register it from a conftest with ``pytest_plugins = ["tests.support.engine"]`` (or import
 ``embedded_engine``). The engine starts once per session on a dedicated port (default 18089,
 override with ``$LOOKAHEAD_SDK_TEST_ENGINE_PORT``) and is stopped at the end only if this session
 started it; an engine already running there with the same config is reused and left running.

@@ -23,17 +23,17 @@ from typing import Any
 import httpx
 from openai import AsyncOpenAI
 
-from lookahead_sdk.adapters.toolcall_transport import (
+from lookahead_sdk.base.completion import ChatClient
+from lookahead_sdk.base.tokens import TokenCounter, auto_token_counter
+from lookahead_sdk.client.slack import SlackGate
+from lookahead_sdk.client.toolcall_transport import (
     ToolCallWarmer,
     server_needs_tool_emulation,
     tool_call_async_http_client,
     tool_call_http_client,
 )
-from lookahead_sdk.agent.llm import ChatClient
-from lookahead_sdk.slack import SlackGate
-from lookahead_sdk.tokens import TokenCounter, auto_token_counter
-from lookahead_sdk.transport import WireFormat, tagged_async_http_client, tagged_http_client
-from lookahead_sdk.warmup import LlamaCppWarmer, OpenAIWarmer, Warmer
+from lookahead_sdk.client.transport import WireFormat, tagged_async_http_client, tagged_http_client
+from lookahead_sdk.client.warmers import LlamaCppWarmer, OpenAIWarmer, Warmer
 
 API_KEY = "not-needed"
 

@@ -14,10 +14,10 @@ from collections.abc import Awaitable, Callable
 from concurrent.futures import Future
 from typing import Any, TypeVar
 
-from lookahead_sdk.messages import Message
-from lookahead_sdk.runtime import CommitOutcome, LookaheadRuntime, RuntimeStats
-from lookahead_sdk.state import LookaheadState, MainState
-from lookahead_sdk.tags import current_tags
+from lookahead_sdk.base.messages import Message
+from lookahead_sdk.base.tags import current_tags
+from lookahead_sdk.core.runtime import CommitOutcome, LookaheadRuntime, RuntimeStats
+from lookahead_sdk.core.state import LookaheadState, MainState
 
 T = TypeVar("T")
 

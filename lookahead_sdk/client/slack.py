@@ -18,7 +18,7 @@ from collections.abc import Callable
 from typing import Literal
 from urllib.parse import urlsplit
 
-from lookahead_sdk.tags import current_tags
+from lookahead_sdk.base.tags import current_tags
 
 GENERATION_PATH_SUFFIXES = ("/chat/completions", "/completions", "/completion", "/generate")
 

@@ -1,7 +1,7 @@
 """Request tags: which program a request belongs to and how urgent it is.
 
 Tags live in a contextvar, so everything a program does inside `program(...)` (and every asyncio
-task it starts) is tagged; `lookahead_sdk.transport` merges them into each outgoing JSON request.
+task it starts) is tagged; `lookahead_sdk.client.transport` merges them into each outgoing JSON request.
 """
 
 from __future__ import annotations

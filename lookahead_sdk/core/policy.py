@@ -10,13 +10,13 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, ClassVar, Literal, Protocol, TypeVar, runtime_checkable
 
-from lookahead_sdk.messages import Message
-from lookahead_sdk.tags import current_tags, use_tags
-from lookahead_sdk.tokens import TokenCounter, count_message
+from lookahead_sdk.base.messages import Message
+from lookahead_sdk.base.tags import current_tags, use_tags
+from lookahead_sdk.base.tokens import TokenCounter, count_message
 
 if TYPE_CHECKING:
-    from lookahead_sdk.offload_store import OffloadStore
-    from lookahead_sdk.state import LookaheadState, MainState, PartialOutput
+    from lookahead_sdk.core.offload_store import OffloadStore
+    from lookahead_sdk.core.state import LookaheadState, MainState, PartialOutput
 
 # The papers' thresholds are stated for a 32K-token model; strategies express them as fractions
 # of this window so they scale to an 8K or a 128K model alike.

@@ -9,12 +9,12 @@ from collections.abc import Sequence
 
 # Each module exposes `register(subparsers)`, adding its sub-command(s) with a `func(args) -> int`.
 COMMAND_MODULES: tuple[str, ...] = (
-    "lookahead_sdk.engine.cli",
-    "lookahead_sdk.demo",
-    "lookahead_sdk.bench.cli",
-    "lookahead_sdk.scheduling.cli",
-    "lookahead_sdk.sim.cli",
-    "lookahead_sdk.sglang_plugin.cli",
+    "lookahead_sdk.cli.engine",
+    "lookahead_sdk.cli.demo",
+    "lookahead_sdk.cli.bench",
+    "lookahead_sdk.cli.scheduling",
+    "lookahead_sdk.cli.sim",
+    "lookahead_sdk.cli.sglang",
 )
 
 

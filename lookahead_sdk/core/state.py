@@ -9,14 +9,14 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any
 
-from lookahead_sdk.messages import (
+from lookahead_sdk.base.messages import (
     Message,
     chain_digest,
     copy_message,
     message_digest,
     validate_message,
 )
-from lookahead_sdk.tokens import TokenCounter, auto_token_counter, count_message
+from lookahead_sdk.base.tokens import TokenCounter, auto_token_counter, count_message
 
 EMPTY_SIGNATURE = b"\x00" * 16
 RECENT_TURNS = 8  # turns `largest_recent_turn_tokens` looks back over

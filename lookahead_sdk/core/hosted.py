@@ -21,8 +21,8 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
-from lookahead_sdk.runtime import LookaheadRuntime
-from lookahead_sdk.sync_runtime import BackgroundLoop
+from lookahead_sdk.core.runtime import LookaheadRuntime
+from lookahead_sdk.core.sync_runtime import BackgroundLoop
 
 T = TypeVar("T")
 Operation = Callable[[LookaheadRuntime], Awaitable[T]]

@@ -1,0 +1,3 @@
+from lookahead_sdk.cli import main
+
+raise SystemExit(main())
