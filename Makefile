@@ -6,7 +6,7 @@ PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 
-.PHONY: install engine demo test test-main test-sglang sglang-env lint bench
+.PHONY: install engine demo test test-main test-sglang sglang-env lint bench smoke-bare
 
 $(BIN)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -36,3 +36,15 @@ test: test-main test-sglang lint
 
 lint: install
 	$(BIN)/ruff check lookahead_sdk tests examples scripts
+
+# A bare `pip install lookahead-sdk` (no extras) in its own venv: the command line must work.
+BARE := .venv-bare
+smoke-bare:
+	rm -rf $(BARE)
+	$(PYTHON) -m venv $(BARE)
+	$(BARE)/bin/python -m pip install -q --upgrade pip
+	$(BARE)/bin/python -m pip install -q .
+	$(BARE)/bin/lookahead-sdk --version
+	$(BARE)/bin/lookahead-sdk --help > /dev/null
+	$(BARE)/bin/lookahead-sdk engine status --port 1 > /dev/null || test $$? -eq 1
+	$(BARE)/bin/python -c "import lookahead_sdk as l; [getattr(l, n) for n in l.__all__]"

@@ -6,7 +6,7 @@ import pytest
 
 from lookahead_sdk.base.tokens import ApproxTokenCounter, CachedTokenCounter
 
-pytest_plugins = ["tests.support.engine"]
+pytest_plugins = ["tests.support.engine", "tests.support.engine_fixtures"]
 
 
 @pytest.fixture

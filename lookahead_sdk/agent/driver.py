@@ -9,6 +9,9 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Literal
 
+import httpx
+from openai import AsyncOpenAI
+
 from lookahead_sdk.agent.loop import AgentRun, ReferenceAgent, TurnRecord
 from lookahead_sdk.agent.workload import (
     DEFAULT_LARGE_OUTPUT_EVERY,
@@ -18,13 +21,17 @@ from lookahead_sdk.agent.workload import (
     default_read_tokens,
     workload_tools,
 )
-from lookahead_sdk.base.completion import ChatClient
+from lookahead_sdk.base.completion import OpenAICompletionClient
 from lookahead_sdk.base.messages import Message
 from lookahead_sdk.base.tags import program
 from lookahead_sdk.base.tokens import TokenCounter, auto_token_counter
 from lookahead_sdk.base.tools import ToolRegistry
-from lookahead_sdk.client.slack import DEFAULT_GATE_ADMISSION, GateAdmission, SlackGate
+from lookahead_sdk.client.endpoint import Endpoint
+from lookahead_sdk.client.session import ServerSession
+from lookahead_sdk.client.slack import DEFAULT_GATE_ADMISSION, GateAdmission
+from lookahead_sdk.client.transport import tagged_async_http_client
 from lookahead_sdk.client.warmers import LlamaCppWarmer, make_warmer
+from lookahead_sdk.core.config import RuntimeConfig
 from lookahead_sdk.core.offload_store import OffloadStore
 from lookahead_sdk.core.policy import ContextPolicy
 from lookahead_sdk.strategies import Isolate, KeepRecent, Offload, Summarize
@@ -132,18 +139,16 @@ async def run_agents(
     # Client-side slack admission stands in for the server's on engines without priorities.
     if slack_admission is None:
         slack_admission = warmer == "llamacpp"
-    gate = SlackGate(base_url, admit=slack_admit) if slack_admission else None
-    llm = ChatClient(
-        base_url,
-        model=model,
-        slack_gate=gate,
-        wire="llamacpp" if warmer == "llamacpp" else "openai",
+    session = await ServerSession.connect(
+        base_url, wire="llamacpp" if warmer == "llamacpp" else "openai"
     )
+    gate = session.gate(admit=slack_admit) if slack_admission else None
+    llm = Endpoint.from_session(session, model=model, emulate_tool_calls=False).chat_client(gate)
     warm = (
         (
-            LlamaCppWarmer(base_url, gate=gate)
+            LlamaCppWarmer(session, gate=gate)
             if warmer == "llamacpp"
-            else make_warmer(warmer, base_url)
+            else make_warmer(warmer, session)
         )
         if mode == "lookahead"
         else None
@@ -172,10 +177,9 @@ async def run_agents(
                 llm,
                 ToolRegistry(workload_tools(workload)),
                 policy=policy,
-                mode=mode,
-                window_tokens=window_tokens,
-                warmer=warm,
-                token_counter=counter,
+                config=RuntimeConfig(
+                    mode=mode, window_tokens=window_tokens, warmer=warm, token_counter=counter
+                ),
                 max_tokens=max_tokens,
                 on_turn=on_turn,
             )
@@ -191,3 +195,44 @@ async def run_agents(
                 await warm.aclose()
     result.wall_s = loop.time() - started
     return result
+
+
+async def run_program(
+    base_url: str,
+    program_id: str,
+    workload: CodeAnalysisWorkload,
+    policy: ContextPolicy,
+    *,
+    release_to: Sequence[str] = (),
+    max_tokens: int = 32,
+    model: str = "default",
+    http_client: httpx.AsyncClient | None = None,
+    on_turn: Callable[[TurnRecord], None] | None = None,
+    window_tokens: int | None = None,
+) -> AgentRun:
+    """One synchronous reference agent running `workload`'s read plan as program `program_id`
+    against an OpenAI-compatible server, or a router in front of several; released to each of
+    `release_to` at the end. `http_client` (default: a tagging client, closed at the end) must
+    tag requests with the program (`tagged_async_http_client`). `window_tokens`: the model's
+    context per request (a llama.cpp slot's)."""
+    openai = AsyncOpenAI(
+        base_url=f"{base_url.rstrip('/').removesuffix('/v1')}/v1",
+        api_key="not-needed",
+        http_client=http_client or tagged_async_http_client(),
+        max_retries=0,
+    )
+    agent = ReferenceAgent(
+        OpenAICompletionClient(openai, model),
+        ToolRegistry(workload_tools(workload)),
+        policy=policy,
+        config=RuntimeConfig(
+            mode="sync", window_tokens=window_tokens, token_counter=workload.token_counter
+        ),
+        max_tokens=max_tokens,
+        on_turn=on_turn,
+    )
+    try:
+        async with program(program_id, release_to=tuple(release_to)):
+            return await agent.run(MAIN_SYSTEM_PROMPT, workload.task(), plan=workload.read_plan())
+    finally:
+        await openai.close()

@@ -9,15 +9,15 @@ from dataclasses import dataclass, field, replace
 from typing import Any, ClassVar
 
 from lookahead_sdk.agent.workload import Delegation, PlannedCall, Step
-from lookahead_sdk.base.completion import ChatClient, ChatResult
+from lookahead_sdk.base.completion import ChatResult, OpenAICompletionClient
 from lookahead_sdk.base.messages import Message
 from lookahead_sdk.base.tags import current_tags, use_tags
-from lookahead_sdk.base.tokens import TokenCounter, count_message
+from lookahead_sdk.base.tokens import count_message
 from lookahead_sdk.base.tools import ToolRegistry
-from lookahead_sdk.client.warmers import RequestShape, Warmer, notify_warmer
-from lookahead_sdk.core.offload_store import OffloadStore
+from lookahead_sdk.core.config import RuntimeConfig
 from lookahead_sdk.core.policy import ContextPolicy, resolve_policy
-from lookahead_sdk.core.runtime import CommitKind, LookaheadRuntime, RuntimeMode, RuntimeStats
+from lookahead_sdk.core.runtime import CommitKind, CommitOutcome, LookaheadRuntime, RuntimeStats
+from lookahead_sdk.core.warmer import RequestShape
 
 
 @dataclass(frozen=True)
@@ -33,6 +33,11 @@ class TurnRecord:
     # outputs; a sub-agent's first call: its whole context): what the turn brings that is new in
     # either mode, so transform turns can be compared with normal turns of the same size.
     new_tokens: int = 0
+    # For a hit: tokens of the committed context no completed warm-up covered, and whether no
+    # warm-up had completed at all (a cold hit).
+    unwarmed_tokens: int | None = None
+    cold_hit: bool = False
+    total_s: float = 0.0  # from wanting to call the model to its last token
 
     @property
     def is_transform_turn(self) -> bool:
@@ -64,14 +69,12 @@ class ReferenceAgent:
     """A small async agent. With a `plan`, tool calls come from the workload (reproducible runs);
     without one, from the model's own tool calls."""
 
-    llm: ChatClient
+    llm: OpenAICompletionClient
     tools: ToolRegistry
     policy: ContextPolicy | None = None
-    mode: RuntimeMode = "lookahead"
-    window_tokens: int = 8192
-    warmer: Warmer | None = None
-    token_counter: TokenCounter | None = None
-    offload_store: OffloadStore | None = None
+    # The runtime's settings; its summarizer defaults to `llm`, its request shape to llm's model
+    # (with the tools when `send_tools`).
+    config: RuntimeConfig = field(default_factory=RuntimeConfig)
     max_tokens: int = 48
     instruction_tokens: int = 80
     send_tools: bool = False
@@ -88,19 +91,13 @@ class ReferenceAgent:
             raise ValueError(
                 "ReferenceAgent needs a context policy: policy=... or @context_policy(...)"
             )
-        return LookaheadRuntime(
-            policy,
-            mode=self.mode,
-            messages=messages,
-            window_tokens=self.window_tokens,
-            token_counter=self.token_counter,
-            llm=self.llm,
-            warmer=self.warmer,
-            shape=RequestShape(
-                self.llm.model, tuple(self.tools.schemas()) if self.send_tools else None
-            ),
-            offload_store=self.offload_store,
-        )
+        overrides: dict[str, Any] = {}
+        if self.config.summarizer is None:
+            overrides["summarizer"] = self.llm
+        if self.config.shape is None:
+            tools = tuple(self.tools.schemas()) if self.send_tools else None
+            overrides["shape"] = RequestShape(self.llm.model, tools)
+        return LookaheadRuntime(policy, self.config, messages=messages, **overrides)
 
     async def run(
         self, system: str, task: str, *, plan: Sequence[Step] | None = None, max_steps: int = 50
@@ -146,14 +143,14 @@ class ReferenceAgent:
     ) -> ChatResult:
         started = time.perf_counter()
         new_tokens = runtime.main.tokens - record.history_tokens_at_last_call
-        outcome = await runtime.commit() if runtime.policy.commit_mode == "replace" else None
+        outcome = None if runtime.spawns_subagents else await runtime.commit()
         messages = outcome.messages if outcome else list(runtime.main.messages)
         record.history_tokens_at_last_call = runtime.main.tokens
 
         async def on_delta(text: str, tool_name: str | None) -> None:
             await runtime.stream_boundary(text, tool_name=tool_name or stream_tool)
 
-        streaming = runtime.policy.commit_mode == "spawn" and runtime.mode == "lookahead"
+        streaming = runtime.spawns_subagents and runtime.mode == "lookahead"
         if streaming and stream_tool:
             # The tool is known before its arguments stream (a tool-calling model streams the
             # name first): its context is prefilled from here, even if no argument text follows.
@@ -165,8 +162,7 @@ class ReferenceAgent:
             on_delta=on_delta if streaming else None,
             started_at=started,
         )
-        commit = outcome.kind if outcome else CommitKind.NONE
-        self._record(record, agent, step, result, commit, runtime.main.tokens, new_tokens)
+        self._record(record, agent, step, result, outcome, runtime.main.tokens, new_tokens)
         return result
 
     async def _delegate(
@@ -174,44 +170,46 @@ class ReferenceAgent:
     ) -> None:
         runtime.append({"role": "user", "content": delegation.prompt})
         result = await self._model_turn(runtime, "main", step, record, stream_tool="delegate")
+        written = result.message.get("content") or ""
+        # A model that wrote no instruction delegates the request itself (Isolate rejects an
+        # empty instruction).
+        instruction = written if written.strip() else delegation.prompt
         call = planned_tool_call(
-            PlannedCall("delegate", {"instruction": result.message.get("content") or ""}),
-            f"call_{step}",
+            PlannedCall("delegate", {"instruction": instruction}), f"call_{step}"
         )
         runtime.append({"role": "assistant", "content": None, "tool_calls": [call]})
         started = time.perf_counter()
         outcome = await runtime.commit()
         parent = current_tags()
         child = replace(parent, program_id=f"{parent.program_id}/sub{step}") if parent else None
-        if parent and child:  # the sub-agent runs in the slot its context was warmed in
-            notify_warmer(runtime.warmer, "hand_over", parent.program_id, child.program_id)
+        if child:  # the sub-agent runs in the slot its context was warmed in
+            runtime.hand_over(child.program_id or "")
         try:
             with use_tags(child):  # the sub-agent is its own program, with its own context
                 answer = await self._run_subagent(
-                    runtime, outcome.messages, delegation, step, started, outcome.kind, record
+                    runtime, outcome, delegation, step, started, record
                 )
         finally:
             if child:
-                notify_warmer(runtime.warmer, "detach", child.program_id)
+                runtime.subagent_ended(child.program_id or "")
         runtime.append(tool_message(call, answer))
         await runtime.boundary()
 
     async def _run_subagent(
         self,
         runtime: LookaheadRuntime,
-        context: list[Message],
+        spawned: CommitOutcome,
         delegation: Delegation,
         step: int,
         started: float,
-        commit: CommitKind,
         record: AgentRun,
     ) -> str:
-        messages, new = list(context), list(context)
+        messages, new = list(spawned.messages), list(spawned.messages)
         for index, planned in enumerate([*delegation.subagent_calls, None]):
             result = await self.llm.chat(messages, max_tokens=self.max_tokens, started_at=started)
             new_tokens = sum(count_message(runtime.main.token_counter, m) for m in new)
-            first_commit = commit if index == 0 else CommitKind.NONE
-            self._record(record, "sub", step, result, first_commit, 0, new_tokens)
+            first = spawned if index == 0 else None
+            self._record(record, "sub", step, result, first, 0, new_tokens)
             if planned is None:
                 return result.message.get("content") or ""
             call = planned_tool_call(planned, f"sub_{step}_{index}")
@@ -229,7 +227,7 @@ class ReferenceAgent:
         agent: str,
         step: int,
         result: ChatResult,
-        commit: CommitKind,
+        outcome: CommitOutcome | None,
         context_tokens: int,
         new_tokens: int,
     ) -> None:
@@ -237,11 +235,14 @@ class ReferenceAgent:
             agent=agent,
             step=step,
             ttft_s=result.ttft_s,
-            commit=commit,
+            total_s=result.total_s,
+            commit=outcome.kind if outcome is not None else CommitKind.NONE,
             context_tokens=context_tokens,
             prompt_tokens=result.prompt_tokens,
             cached_tokens=result.cached_tokens,
             new_tokens=new_tokens,
+            unwarmed_tokens=outcome.unwarmed_tokens if outcome is not None else None,
+            cold_hit=outcome is not None and outcome.cold,
         )
         record.turns.append(turn)
         if self.on_turn is not None:

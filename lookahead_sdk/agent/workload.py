@@ -92,25 +92,27 @@ def corpus_root() -> Path:
     return Path(sysconfig.get_paths()["stdlib"])
 
 
+def read_lines(root: Path, path: str, start_line: int = 1, end_line: int | None = None) -> str:
+    """Lines [start_line, end_line] of `path` under `root`, numbered, as the read tool shows them."""
+    target = (root / path).resolve()
+    if not target.is_relative_to(root.resolve()) or not target.is_file():
+        raise ValueError(f"no source file {path!r} under {root}")
+    lines = target.read_text(encoding="utf-8", errors="replace").splitlines()
+    end = len(lines) if end_line is None else min(end_line, len(lines))
+    body = "\n".join(
+        f"{number:5d}  {lines[number - 1]}" for number in range(max(1, start_line), end + 1)
+    )
+    return f"# {path} lines {start_line}-{end}\n{body}"
+
+
 def read_source_tool(root: Path, latency_s: Callable[[], float] | None = None) -> Tool:
     """A real file-reading tool confined to `root`. `latency_s` models where the tool runs: a
     remote sandbox answers after a round trip and its own execution time, not instantly."""
 
-    def read_lines(path: str, start_line: int = 1, end_line: int | None = None) -> str:
-        target = (root / path).resolve()
-        if not target.is_relative_to(root.resolve()) or not target.is_file():
-            raise ValueError(f"no source file {path!r} under {root}")
-        lines = target.read_text(encoding="utf-8", errors="replace").splitlines()
-        end = len(lines) if end_line is None else min(end_line, len(lines))
-        body = "\n".join(
-            f"{number:5d}  {lines[number - 1]}" for number in range(max(1, start_line), end + 1)
-        )
-        return f"# {path} lines {start_line}-{end}\n{body}"
-
     async def read_source(path: str, start_line: int = 1, end_line: int | None = None) -> str:
         if latency_s is not None:
             await asyncio.sleep(latency_s())
-        return read_lines(path, start_line, end_line)
+        return read_lines(root, path, start_line, end_line)
 
     return Tool(
         name="read_source",
@@ -171,6 +173,9 @@ class CodeAnalysisWorkload:
     large_output_every: int = DEFAULT_LARGE_OUTPUT_EVERY  # 0: every read the same size
     handover_tokens: int = 700
     tool_latency_s: float = 0.0  # mean; each call takes 0.5x-1.5x of it (seeded)
+    # Source handed over with the task, in tokens: the agent starts with this much context, as a
+    # program does mid-trajectory (0: the task alone).
+    task_tokens: int = 0
     root: Path = field(default_factory=corpus_root)
 
     def __post_init__(self) -> None:
@@ -187,6 +192,10 @@ class CodeAnalysisWorkload:
             raise ValueError(
                 f"large_output_every must be >= 0 (0: no large reads), got {self.large_output_every}"
             )
+        if self.task_tokens < 0:
+            raise ValueError(
+                f"task_tokens must be >= 0 (0: the task alone), got {self.task_tokens}"
+            )
         self.modules = [m for m in CORPUS_MODULES if (self.root / m).is_file()]
         if len(self.modules) < 4:
             raise FileNotFoundError(
@@ -197,7 +206,12 @@ class CodeAnalysisWorkload:
     def task(self) -> str:
         rng = random.Random(self.seed)
         picked = rng.sample(self.modules, 3)
-        return f"Analyze these standard-library modules for risky code: {', '.join(picked)}. Read them chunk by chunk."
+        task = f"Analyze these standard-library modules for risky code: {', '.join(picked)}. Read them chunk by chunk."
+        if not self.task_tokens:
+            return task
+        start, end = self._line_range(rng, picked[0], self.task_tokens, self.task_tokens)
+        excerpt = read_lines(self.root, picked[0], start + 1, end)
+        return f"{task}\n\nWhere the previous reviewer stopped:\n{excerpt}"
 
     def read_plan(self) -> list[PlannedCall]:
         """`steps` reads, each a line range of `tokens_per_output` tokens (every
@@ -241,6 +255,13 @@ class CodeAnalysisWorkload:
         factor = LARGE_OUTPUT_FACTOR if large else 1
         low, high = (factor * bound for bound in self.tokens_per_output)
         module = module or rng.choice(self.modules)
+        start, end = self._line_range(rng, module, low, high)
+        return PlannedCall(
+            "read_source", {"path": module, "start_line": start + 1, "end_line": end}
+        )
+
+    def _line_range(self, rng: random.Random, module: str, low: int, high: int) -> tuple[int, int]:
+        """[start, end) of numbered lines worth `low` to `high` tokens, from a seeded start."""
         lines = self._source_lines(module)
         start = rng.randrange(0, max(1, len(lines) - 200))
         end, tokens = start, 0
@@ -250,9 +271,7 @@ class CodeAnalysisWorkload:
                 break
             tokens += line_tokens
             end += 1
-        return PlannedCall(
-            "read_source", {"path": module, "start_line": start + 1, "end_line": end}
-        )
+        return start, end
 
     def _outline(self, module: str) -> str:
         """Docstring head, imports and signatures of a module, within `handover_tokens`."""

@@ -1,4 +1,6 @@
-"""A streaming chat client for any OpenAI-compatible server that measures time to first token."""
+"""The completion-client protocol transforms call (e.g. Summarize's summary), and its
+implementation for any OpenAI-compatible server: a streaming chat client that also measures time
+to first token (the reference agent's client)."""
 
 from __future__ import annotations
 
@@ -6,14 +8,34 @@ import inspect
 import time
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
-from typing import Any
-
-from openai import AsyncOpenAI
+from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 from lookahead_sdk.base.messages import Message
-from lookahead_sdk.client.slack import SlackGate
-from lookahead_sdk.client.transport import WireFormat, tagged_async_http_client
-from lookahead_sdk.core.policy import Completion
+
+if TYPE_CHECKING:
+    from openai import AsyncOpenAI
+
+
+@dataclass(frozen=True)
+class Completion:
+    text: str
+    prompt_tokens: int = 0
+    cached_tokens: int = 0
+    completion_tokens: int = 0
+
+
+@runtime_checkable
+class CompletionClient(Protocol):
+    """What a transform needs from an LLM (e.g. Summarize). Requests are tagged by the caller's
+    contextvar, so a lookahead's summary goes out best-effort and a fallback's latency-critical."""
+
+    async def complete(
+        self, messages: Sequence[Message], *, max_tokens: int, temperature: float
+    ) -> Completion: ...
+
+
+# Awaited before each request, e.g. `SlackGate.wait`: best-effort calls wait for slack.
+Admission = Callable[[], Awaitable[object]]
 
 # Called with (text so far, tool name being written or None) as output streams in.
 DeltaCallback = Callable[[str, str | None], Awaitable[None] | None]
@@ -43,28 +65,25 @@ def usage_numbers(usage: Any, extra: dict[str, Any] | None) -> tuple[int, int, i
     return int(prompt), int(cached), int(completion)
 
 
-class ChatClient:
-    """Wraps AsyncOpenAI with the tagging transport; also the `CompletionClient` transforms use."""
+class OpenAICompletionClient:
+    """A `CompletionClient` (and streaming chat client) over an `openai.AsyncOpenAI` client. Give
+    that client a tagging `http_client` (`ServerSession.async_http_client()`, `Endpoint`) so its
+    requests carry the program's tags."""
 
     def __init__(
         self,
-        base_url: str,
+        client: AsyncOpenAI,
+        model: str,
         *,
-        model: str = "default",
-        api_key: str = "not-needed",
-        wire: WireFormat = "openai",
-        client: AsyncOpenAI | None = None,
-        slack_gate: SlackGate | None = None,
+        admission: Admission | None = None,
     ) -> None:
-        self.base_url = base_url.rstrip("/")
+        if not hasattr(client, "chat"):
+            raise TypeError(f"client must be an openai.AsyncOpenAI, got {type(client).__name__}")
+        if not isinstance(model, str) or not model:
+            raise ValueError(f"model must be the server's model name, got {model!r}")
+        self.openai = client
         self.model = model
-        self.slack_gate = slack_gate  # best-effort calls (lookahead summaries) wait for slack
-        self.openai = client or AsyncOpenAI(
-            base_url=self.base_url if self.base_url.endswith("/v1") else f"{self.base_url}/v1",
-            api_key=api_key,
-            http_client=tagged_async_http_client(wire=wire),
-            max_retries=0,
-        )
+        self.admission = admission
 
     async def chat(
         self,
@@ -80,8 +99,8 @@ class ChatClient:
         """`started_at` (perf_counter) is when the caller wanted the answer: TTFT counts from it,
         so a commit done just before the request is part of the measured stall."""
         started = time.perf_counter() if started_at is None else started_at
-        if self.slack_gate is not None:
-            await self.slack_gate.wait()
+        if self.admission is not None:
+            await self.admission()
         stream = await self.openai.chat.completions.create(
             model=self.model,
             messages=list(messages),  # type: ignore[arg-type]

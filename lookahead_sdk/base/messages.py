@@ -64,9 +64,14 @@ def _copy_json(value: Any) -> Any:
     return value
 
 
-def message_digest(message: Message) -> bytes:
-    encoded = json.dumps(message, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
-    return hashlib.blake2b(encoded.encode(), digest_size=16).digest()
+def message_digest(message: Message, where: str = "message") -> bytes:
+    """A stable digest of a message; ValueError naming `where` for one that is not JSON text
+    (a set, bytes, a lone surrogate...): it could never be sent to a server either."""
+    try:
+        encoded = json.dumps(message, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+        return hashlib.blake2b(encoded.encode(), digest_size=16).digest()
+    except (TypeError, ValueError, UnicodeEncodeError) as error:
+        raise ValueError(f"{where} must hold only JSON values and valid text: {error}") from None
 
 
 def chain_digest(previous: bytes, message_digest_: bytes) -> bytes:

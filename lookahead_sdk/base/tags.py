@@ -6,98 +6,26 @@ task it starts) is tagged; `lookahead_sdk.client.transport` merges them into eac
 
 from __future__ import annotations
 
+import asyncio
 import contextvars
 import logging
 import os
 import uuid
-from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
-from dataclasses import asdict, dataclass, replace
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import AbstractContextManager, contextmanager
+from dataclasses import dataclass
 from types import TracebackType
-from typing import Any, Literal
+from typing import Any, Protocol, TypeVar
 
 import httpx
 
+from lookahead_sdk.base.protocol import RELEASE_PATH, RequestTags, release_body
+from lookahead_sdk.errors import ConfigurationError
+
 log = logging.getLogger(__name__)
 
-PriorityClass = Literal["lc", "be"]
-PRIORITY_CLASSES: tuple[str, ...] = ("lc", "be")
-
-# Integer priorities for engines with numeric priority scheduling, lower = more urgent: vLLM's
-# convention, and SGLang's with --schedule-low-priority-values-first (which `lookahead-sdk
-# sglang launch` passes; SGLang's own default is the reverse).
-NUMERIC_PRIORITY = {"lc": 0, "be": 10}
-
 RELEASE_URLS_ENV = "LOOKAHEAD_RELEASE_URLS"
-PROGRAM_HEADER = "X-Program-Id"
-
-
-@dataclass(frozen=True)
-class RequestTags:
-    program_id: str
-    priority_class: PriorityClass = "lc"
-    is_lookahead: bool = False
-    lookahead_group_id: str | None = None
-    # Expected commit, in ms after the request reaches the server (relative: no clock sync needed).
-    commit_deadline_ms: int | None = None
-    slo_ttft_ms: int | None = None
-    slo_tbt_ms: int | None = None
-    # A lookahead request whose prompt is the program's live context plus a tail (a summary
-    # request): engines with explicit KV placement (llama.cpp slots) serve it where that
-    # context is cached instead of re-prefilling it elsewhere. Not sent on the wire.
-    extends_live_context: bool = False
-
-    def __post_init__(self) -> None:
-        if not isinstance(self.program_id, str) or not self.program_id:
-            raise ValueError(f"program_id must be a non-empty string, got {self.program_id!r}")
-        if self.priority_class not in PRIORITY_CLASSES:
-            raise ValueError(
-                f"priority_class must be 'lc' (latency-critical) or 'be' (best-effort), "
-                f"got {self.priority_class!r}"
-            )
-        if not isinstance(self.is_lookahead, bool):
-            raise TypeError(f"is_lookahead must be a bool, got {type(self.is_lookahead).__name__}")
-        if self.is_lookahead and not self.lookahead_group_id:
-            raise ValueError("lookahead_group_id is required when is_lookahead=True")
-        for name in ("commit_deadline_ms", "slo_ttft_ms", "slo_tbt_ms"):
-            value = getattr(self, name)
-            if value is not None and (not isinstance(value, int) or value < 0):
-                raise ValueError(
-                    f"{name} must be a non-negative int of milliseconds or None, got {value!r}"
-                )
-
-    def lookahead(self, group_id: str, *, commit_deadline_ms: int | None = None) -> RequestTags:
-        """Tags for best-effort background work of this program."""
-        return replace(
-            self,
-            priority_class="be",
-            is_lookahead=True,
-            lookahead_group_id=group_id,
-            commit_deadline_ms=commit_deadline_ms,
-        )
-
-    def extending_live_context(self) -> RequestTags:
-        return replace(self, extends_live_context=True)
-
-    def promoted(self) -> RequestTags:
-        """A lookahead about to be committed: still grouped, now latency-critical."""
-        return replace(self, priority_class="lc")
-
-    def to_body(self) -> dict[str, Any]:
-        """Top-level JSON fields (the lookahead artifact's wire format); None fields omitted."""
-        fields = asdict(self)
-        del fields["extends_live_context"]
-        return {key: value for key, value in fields.items() if value is not None}
-
-    def to_sglang(self) -> dict[str, Any]:
-        """SGLang drops unknown chat fields; `priority` and `custom_params` reach the scheduler."""
-        return {"priority": NUMERIC_PRIORITY[self.priority_class], "custom_params": self.to_body()}
-
-    def to_vllm(self) -> dict[str, Any]:
-        return {"priority": NUMERIC_PRIORITY[self.priority_class]}
-
-    def headers(self) -> dict[str, str]:
-        return {PROGRAM_HEADER: self.program_id}
+T = TypeVar("T")
 
 
 _current_tags: contextvars.ContextVar[RequestTags | None] = contextvars.ContextVar(
@@ -110,12 +38,63 @@ def current_tags() -> RequestTags | None:
 
 
 @contextmanager
-def use_tags(tags: RequestTags | None) -> Iterator[RequestTags | None]:
-    token = _current_tags.set(tags)
+def _scoped(variable: contextvars.ContextVar[T], value: T) -> Iterator[T]:
+    token = variable.set(value)
     try:
-        yield tags
+        yield value
     finally:
-        _current_tags.reset(token)
+        variable.reset(token)
+
+
+def use_tags(tags: RequestTags | None) -> AbstractContextManager[RequestTags | None]:
+    """Tag everything inside (and every task started inside) with `tags`."""
+    return _scoped(_current_tags, tags)
+
+
+@dataclass
+class BackgroundWork:
+    """The lookahead a piece of background work runs for. The runtime sets `promoted` when a
+    commit starts waiting for it; work waiting for slack (`client.slack.SlackGate`) then goes
+    at once. Visible to that work through `current_work()` (a contextvar, like the tags)."""
+
+    group_id: str
+    promoted: bool = False
+
+
+_current_work: contextvars.ContextVar[BackgroundWork | None] = contextvars.ContextVar(
+    "lookahead_sdk_background_work", default=None
+)
+
+
+def current_work() -> BackgroundWork | None:
+    return _current_work.get()
+
+
+def doing(work: BackgroundWork | None) -> AbstractContextManager[BackgroundWork | None]:
+    """Everything inside works for `work` (its gate waits end when it is promoted)."""
+    return _scoped(_current_work, work)
+
+
+class ProgramEnvironments(Protocol):
+    """Runs a program's tool environments (prepare, watch the routers, tear down exactly once):
+    `lookahead_sdk.client.tool_environments` provides it and registers it on import (base
+    cannot import client)."""
+
+    def start(self) -> None: ...
+
+    def close(self) -> None: ...
+
+    async def astart(self) -> None: ...
+
+    async def aclose(self) -> None: ...
+
+
+_environments_factory: Callable[[program], ProgramEnvironments] | None = None
+
+
+def register_environments(factory: Callable[[program], ProgramEnvironments]) -> None:
+    global _environments_factory
+    _environments_factory = factory
 
 
 def release_urls_from_env() -> tuple[str, ...]:
@@ -123,7 +102,7 @@ def release_urls_from_env() -> tuple[str, ...]:
 
 
 def release_request(base_url: str, program_id: str) -> tuple[str, dict[str, Any]]:
-    return f"{base_url.rstrip('/')}/programs/release", {"program_id": program_id}
+    return f"{base_url.rstrip('/')}{RELEASE_PATH}", release_body(program_id)
 
 
 class program:
@@ -140,20 +119,47 @@ class program:
         self,
         program_id: str | None = None,
         *,
-        release_to: Sequence[str] | None = None,
+        release_to: str | Sequence[str] | None = None,
         timeout_s: float = 5.0,
+        environments: Any = None,
         **tag_fields: Any,
     ) -> None:
         self.tags = RequestTags(
             program_id=program_id or f"prog-{uuid.uuid4().hex[:12]}", **tag_fields
         )
+        if isinstance(release_to, str):
+            release_to = (release_to,)
+        if release_to is not None and not all(
+            isinstance(url, str) and url.startswith(("http://", "https://")) for url in release_to
+        ):
+            raise ValueError(
+                f"release_to must be a router URL or a list of them (http:// or https://), "
+                f"got {release_to!r}"
+            )
         self.release_to = tuple(release_to) if release_to is not None else release_urls_from_env()
         self.timeout_s = timeout_s
         self._token: contextvars.Token[RequestTags | None] | None = None
         self.released: list[str] = []
+        # Tool environments (`lookahead_sdk.client.tool_environments`): prepared on entry,
+        # torn down once on exit or when a router expires the program's lease.
+        self.environments = environments
+        self._environments: ProgramEnvironments | None = None
+        if environments:
+            if _environments_factory is None:
+                raise ConfigurationError(
+                    "program(environments=...) needs lookahead_sdk.client.tool_environments: "
+                    "import it (ToolEnvironment, TempDirEnvironment, DockerEnvironment live there)"
+                )
+            self._environments = _environments_factory(self)
 
     def __enter__(self) -> RequestTags:
         self._token = _current_tags.set(self.tags)
+        if self._environments is not None:
+            try:
+                self._environments.start()
+            except BaseException:
+                self._reset()
+                raise
         return self.tags
 
     def __exit__(
@@ -163,19 +169,19 @@ class program:
         tb: TracebackType | None,
     ) -> None:
         self._reset()
-        with httpx.Client(timeout=self.timeout_s) as client:
-            for base_url in self.release_to:
-                url, body = release_request(base_url, self.tags.program_id)
-                try:
-                    client.post(url, json=body, headers=self.tags.headers()).raise_for_status()
-                    self.released.append(base_url)
-                except httpx.HTTPError as error:
-                    log.warning(
-                        "release of program %s at %s failed: %s", self.tags.program_id, url, error
-                    )
+        self._release()
+        if self._environments is not None:
+            self._environments.close()
 
     async def __aenter__(self) -> RequestTags:
-        return self.__enter__()
+        self._token = _current_tags.set(self.tags)
+        if self._environments is not None:
+            try:
+                await self._environments.astart()
+            except BaseException:
+                self._reset()
+                raise
+        return self.tags
 
     async def __aexit__(
         self,
@@ -184,18 +190,26 @@ class program:
         tb: TracebackType | None,
     ) -> None:
         self._reset()
-        async with httpx.AsyncClient(timeout=self.timeout_s) as client:
+        if self.release_to:  # the same release, off the event loop
+            await asyncio.to_thread(self._release)
+        if self._environments is not None:
+            await self._environments.aclose()
+
+    def _release(self) -> None:
+        """Tell each router the program ended; a failure is logged, never raised over the body."""
+        program_id = self.tags.program_id or ""
+        with httpx.Client(timeout=self.timeout_s) as client:
             for base_url in self.release_to:
-                url, body = release_request(base_url, self.tags.program_id)
+                url, body = release_request(base_url, program_id)
                 try:
-                    (
-                        await client.post(url, json=body, headers=self.tags.headers())
-                    ).raise_for_status()
-                    self.released.append(base_url)
+                    client.post(url, json=body, headers=self.tags.headers()).raise_for_status()
                 except httpx.HTTPError as error:
-                    log.warning(
-                        "release of program %s at %s failed: %s", self.tags.program_id, url, error
-                    )
+                    self._release_failed(url, error)
+                    continue
+                self.released.append(base_url)
+
+    def _release_failed(self, url: str, error: httpx.HTTPError) -> None:
+        log.warning("release of program %s at %s failed: %s", self.tags.program_id, url, error)
 
     def _reset(self) -> None:
         if self._token is not None:

@@ -3,13 +3,13 @@
 llama-server sends a request to the idle slot whose cached prompt shares the largest prefix
 fraction with it. A warm-up of a transformed prefix shares little with the live context, so it can
 land in the program's own slot and evict the context the next turn needs. With `wire="llamacpp"`
-the tagging transport pins requests (`id_slot`): the program's foreground requests to its
-`current` slot, its lookahead warm-ups to its `branch` slot (background summaries, whose prompt
-is the live context plus an instruction, to `current`, where that context is cached); a
+the session's tagging transports pin requests (`id_slot`): the program's foreground requests to
+its `current` slot, its lookahead warm-ups to its `branch` slot (background summaries, whose
+prompt is the live context plus an instruction, to `current`, where that context is cached); a
 committed lookahead swaps the two, since the warmed branch now holds the live context. A spawned
 sub-agent (Isolate) is handed the branch slot its context was warmed in, and the program gets a
 free slot as its new branch. Programs beyond the slot pairs the server has are left to the
-server's choice.
+server's choice. One `SlotPairs` per server, owned by its `ServerSession`.
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ from __future__ import annotations
 import threading
 from dataclasses import dataclass
 
-from lookahead_sdk.base.tags import RequestTags
+from lookahead_sdk.base.protocol import RequestTags
 
 
 @dataclass
@@ -27,80 +27,70 @@ class SlotPair:
 
 
 class SlotPairs:
-    def __init__(self) -> None:
+    def __init__(self, total_slots: int) -> None:
+        if isinstance(total_slots, bool) or not isinstance(total_slots, int) or total_slots < 1:
+            raise ValueError(f"total_slots must be an int >= 1, got {total_slots!r}")
+        self.total_slots = total_slots
         self._lock = threading.Lock()
-        self._total: dict[str, int] = {}
-        self._pairs: dict[tuple[str, str], SlotPair] = {}
+        self._pairs: dict[str, SlotPair] = {}
 
-    def configure(self, origin: str, total_slots: int) -> None:
-        if total_slots < 1:
-            raise ValueError(f"total_slots must be >= 1, got {total_slots}")
+    def __len__(self) -> int:
+        """Programs holding a pair."""
         with self._lock:
-            self._total[origin] = total_slots
+            return len(self._pairs)
 
-    def is_configured(self, origin: str) -> bool:
-        with self._lock:
-            return origin in self._total
-
-    def enroll(self, origin: str, program_id: str) -> SlotPair | None:
+    def enroll(self, program_id: str) -> SlotPair | None:
         """Give a program its pair of slots, if the server has a free pair."""
         with self._lock:
-            key = (origin, program_id)
-            if key in self._pairs or origin not in self._total:
-                return self._pairs.get(key)
-            free = self._free_slots(origin)
+            if program_id in self._pairs:
+                return self._pairs[program_id]
+            free = self._free_slots()
             if len(free) < 2:
                 return None
             pair = SlotPair(current=free[0], branch=free[1])
-            self._pairs[key] = pair
+            self._pairs[program_id] = pair
             return pair
 
-    def pair(self, origin: str, program_id: str) -> SlotPair | None:
+    def pair(self, program_id: str) -> SlotPair | None:
         with self._lock:
-            pair = self._pairs.get((origin, program_id))
+            pair = self._pairs.get(program_id)
             return None if pair is None else SlotPair(pair.current, pair.branch)
 
-    def slot_for(self, origin: str, tags: RequestTags) -> int | None:
+    def slot_for(self, tags: RequestTags) -> int | None:
+        if tags.program_id is None:
+            return None
         with self._lock:
-            pair = self._pairs.get((origin, tags.program_id))
+            pair = self._pairs.get(tags.program_id)
         if pair is None:
             return None
         return pair.branch if tags.is_lookahead and not tags.extends_live_context else pair.current
 
-    def hand_over(self, origin: str, program_id: str, child_id: str) -> bool:
+    def hand_over(self, program_id: str, child_id: str) -> bool:
         """The sub-agent `child_id` takes `program_id`'s branch slot (where its context was
         warmed) as its own; `program_id` gets a free slot as its new branch. False (nothing
         changes) when the program has no pair or the server no free slot."""
         with self._lock:
-            pair = self._pairs.get((origin, program_id))
-            if pair is None or (origin, child_id) in self._pairs:
+            pair = self._pairs.get(program_id)
+            if pair is None or child_id in self._pairs:
                 return False
-            free = self._free_slots(origin)
+            free = self._free_slots()
             if not free:
                 return False
-            self._pairs[(origin, child_id)] = SlotPair(current=pair.branch, branch=pair.branch)
+            self._pairs[child_id] = SlotPair(current=pair.branch, branch=pair.branch)
             pair.branch = free[0]
             return True
 
-    def _free_slots(self, origin: str) -> list[int]:
-        """Slots of `origin` no program holds (call with the lock held)."""
-        used = {
-            slot
-            for (o, _), pair in self._pairs.items()
-            if o == origin
-            for slot in (pair.current, pair.branch)
-        }
-        return [slot for slot in range(self._total[origin]) if slot not in used]
+    def _free_slots(self) -> list[int]:
+        """Slots no program holds (call with the lock held)."""
+        used = {slot for pair in self._pairs.values() for slot in (pair.current, pair.branch)}
+        return [slot for slot in range(self.total_slots) if slot not in used]
 
-    def swap(self, origin: str, program_id: str) -> None:
+    def swap(self, program_id: str) -> None:
         with self._lock:
-            pair = self._pairs.get((origin, program_id))
+            pair = self._pairs.get(program_id)
             if pair is not None:
                 pair.current, pair.branch = pair.branch, pair.current
 
-    def release(self, origin: str, program_id: str) -> None:
+    def release(self, program_id: str) -> None:
         with self._lock:
-            self._pairs.pop((origin, program_id), None)
-
-
-SLOT_PAIRS = SlotPairs()
+            self._pairs.pop(program_id, None)

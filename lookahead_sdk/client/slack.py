@@ -1,11 +1,11 @@
 """Client-side slack admission for engines without server-side priorities (llama.cpp).
 
-The tagging transport counts latency-critical generation requests per server origin, in flight
-and still waiting for their first token. A `SlackGate` lets best-effort work (warm-up chunks,
+The tagging transports of a `ServerSession` count that server's latency-critical generation
+requests, in flight and still waiting for their first token. A `SlackGate` lets best-effort work (warm-up chunks,
 lookahead summaries) start only when none waits for its first token ("decode", the default) or
 none is in flight at all ("idle"), so no foreground prefill queues behind lookahead work it did
 not ask for; work already sent finishes its chunk. Promoted (latency-critical) work bypasses the
-gate. Only requests made through lookahead-sdk's transports are seen.
+gate. Only requests made through the session's transports are seen.
 """
 
 from __future__ import annotations
@@ -13,12 +13,11 @@ from __future__ import annotations
 import asyncio
 import threading
 import time
-from collections import Counter
 from collections.abc import Callable
 from typing import Literal
 from urllib.parse import urlsplit
 
-from lookahead_sdk.base.tags import current_tags
+from lookahead_sdk.base.tags import current_tags, current_work
 
 GENERATION_PATH_SUFFIXES = ("/chat/completions", "/completions", "/completion", "/generate")
 
@@ -36,8 +35,8 @@ class ForegroundRequest:
     """One latency-critical request in flight: waiting for its first token (prefill), then
     decoding, then ended. Each transition counts once, whatever order the callbacks come in."""
 
-    def __init__(self, registry: ForegroundRegistry, origin: str) -> None:
-        self._registry, self.origin = registry, origin
+    def __init__(self, registry: ForegroundRegistry) -> None:
+        self._registry = registry
         self.decoding = self.ended = False
 
     def first_token(self) -> None:
@@ -49,43 +48,31 @@ class ForegroundRequest:
 
 
 class ForegroundRegistry:
-    """Thread-safe counts of latency-critical requests per origin, in flight and still waiting
-    for their first token, and the lookahead groups promoted to latency-critical (their waiting
-    work passes the gate at once)."""
+    """Thread-safe counts of one server's latency-critical requests: in flight, and still
+    waiting for their first token. One per `ServerSession`, fed by its tagging transports."""
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
-        self._inflight: Counter[str] = Counter()
-        self._prefilling: Counter[str] = Counter()
-        self._promoted: set[str] = set()
+        self._inflight = 0
+        self._prefilling = 0
 
-    def promote(self, group_id: str) -> None:
+    def begin(self) -> ForegroundRequest:
         with self._lock:
-            self._promoted.add(group_id)
+            self._inflight += 1
+            self._prefilling += 1
+        return ForegroundRequest(self)
 
-    def forget(self, group_id: str) -> None:
-        with self._lock:
-            self._promoted.discard(group_id)
-
-    def is_promoted(self, group_id: str | None) -> bool:
-        with self._lock:
-            return group_id in self._promoted
-
-    def begin(self, origin: str) -> ForegroundRequest:
-        with self._lock:
-            self._inflight[origin] += 1
-            self._prefilling[origin] += 1
-        return ForegroundRequest(self, origin)
-
-    def count(self, origin: str) -> int:
+    @property
+    def inflight(self) -> int:
         """Latency-critical requests in flight."""
         with self._lock:
-            return self._inflight.get(origin, 0)
+            return self._inflight
 
-    def prefilling(self, origin: str) -> int:
+    @property
+    def prefilling(self) -> int:
         """Latency-critical requests in flight that have not received a first token."""
         with self._lock:
-            return self._prefilling.get(origin, 0)
+            return self._prefilling
 
     def _advance(self, request: ForegroundRequest, *, ended: bool) -> None:
         """`request` got its first token (ended=False) or ended."""
@@ -94,19 +81,10 @@ class ForegroundRegistry:
                 return
             if not request.decoding:
                 request.decoding = True
-                self._decrement(self._prefilling, request.origin)
+                self._prefilling -= 1
             if ended:
                 request.ended = True
-                self._decrement(self._inflight, request.origin)
-
-    @staticmethod
-    def _decrement(counter: Counter[str], origin: str) -> None:
-        counter[origin] -= 1
-        if counter[origin] <= 0:
-            del counter[origin]
-
-
-FOREGROUND = ForegroundRegistry()
+                self._inflight -= 1
 
 
 def counts_as_foreground() -> bool:
@@ -134,40 +112,42 @@ class SlackGate:
 
     def __init__(
         self,
-        base_url: str,
+        foreground: ForegroundRegistry,
         *,
         admit: GateAdmission = DEFAULT_GATE_ADMISSION,
         poll_s: float = 0.02,
-        registry: ForegroundRegistry = FOREGROUND,
     ) -> None:
+        if not isinstance(foreground, ForegroundRegistry):
+            raise TypeError(
+                "SlackGate watches one server's foreground requests: pass its "
+                f"ServerSession.foreground (or use session.gate()), got {type(foreground).__name__}"
+            )
         if poll_s <= 0:
             raise ValueError(f"poll_s must be positive seconds, got {poll_s}")
         if admit not in GATE_ADMISSIONS:
             raise ValueError(f"admit must be one of {GATE_ADMISSIONS}, got {admit!r}")
-        self.origin = origin_of(base_url)
+        self.foreground = foreground
         self.admit = admit
         self.poll_s = poll_s
-        self.registry = registry
         self.waited_s = 0.0
 
     def has_slack(self) -> bool:
         if self.admit == "decode":
-            return self.registry.prefilling(self.origin) == 0
-        return self.registry.count(self.origin) == 0
+            return self.foreground.prefilling == 0
+        return self.foreground.inflight == 0
 
     async def wait(self, *, until: Callable[[], bool] | None = None) -> float:
         """Return once the engine has slack (see `admit`); at once for latency-critical callers,
-        as soon as the caller's lookahead group is promoted, or once `until()` holds (the caller
-        no longer wants to send: check it again after the wait)."""
+        as soon as the lookahead the caller works for is promoted (`base.tags.current_work`),
+        or once `until()` holds (the caller no longer wants to send: check it again after)."""
         if counts_as_foreground():
             return 0.0
-        tags = current_tags()
-        group_id = tags.lookahead_group_id if tags is not None else None
+        work = current_work()
         started = time.perf_counter()
         # Polling, not an Event: foreground counts change on other threads and event loops.
         while (  # noqa: ASYNC110
             not self.has_slack()
-            and not self.registry.is_promoted(group_id)
+            and not (work is not None and work.promoted)
             and not (until is not None and until())
         ):
             await asyncio.sleep(self.poll_s)

@@ -10,7 +10,8 @@ whole or streamed (SSE), come back in standard OpenAI form with `tool_calls`. Th
 tag requests like `lookahead_sdk.client.transport.tagged_*_http_client`.
 
 Warm-ups must render exactly like the requests they prepare: wrap the runtime's warmer in
-`ToolCallWarmer` so its messages get the same rewrite.
+`ToolCallWarmer` so its messages get the same rewrite (`Endpoint.warmer()` does). A server needs
+this when `ServerSession.facts.needs_tool_emulation` says so.
 """
 
 from __future__ import annotations
@@ -23,19 +24,16 @@ from typing import Any
 import httpx
 
 from lookahead_sdk.base.messages import Message
+from lookahead_sdk.base.protocol import WireFormat
+from lookahead_sdk.client.session import ServerSession
 from lookahead_sdk.client.toolcalls import (
     StreamDecoder,
     call_schema,
     decode_reply,
     render_tool_calls,
 )
-from lookahead_sdk.client.transport import (
-    DEFAULT_TIMEOUT,
-    AsyncTaggingTransport,
-    TaggingTransport,
-    WireFormat,
-)
-from lookahead_sdk.client.warmers import RequestShape, Warmer, WarmupResult, notify_warmer
+from lookahead_sdk.client.transport import DEFAULT_TIMEOUT, AsyncTaggingTransport, TaggingTransport
+from lookahead_sdk.core.warmer import DelegatingWarmer, RequestShape, WarmupResult, WarmupSpend
 
 _DROPPED_RESPONSE_HEADERS = ("content-length", "content-encoding", "transfer-encoding")
 
@@ -261,67 +259,60 @@ class AsyncToolCallTransport(httpx.AsyncBaseTransport):
         await self.inner.aclose()
 
 
-def tool_call_http_client(*, wire: WireFormat = "openai", **client_kwargs: Any) -> httpx.Client:
+def tool_call_http_client(
+    *,
+    wire: WireFormat | None = None,
+    session: ServerSession | None = None,
+    **client_kwargs: Any,
+) -> httpx.Client:
     """A tagging httpx client whose chat requests get tool calls by constrained decoding."""
     client_kwargs.setdefault("timeout", DEFAULT_TIMEOUT)
-    return httpx.Client(transport=ToolCallTransport(TaggingTransport(wire=wire)), **client_kwargs)
+    inner = TaggingTransport(wire=wire, session=session)
+    return httpx.Client(transport=ToolCallTransport(inner), **client_kwargs)
 
 
 def tool_call_async_http_client(
-    *, wire: WireFormat = "openai", **client_kwargs: Any
+    *,
+    wire: WireFormat | None = None,
+    session: ServerSession | None = None,
+    **client_kwargs: Any,
 ) -> httpx.AsyncClient:
     client_kwargs.setdefault("timeout", DEFAULT_TIMEOUT)
-    return httpx.AsyncClient(
-        transport=AsyncToolCallTransport(AsyncTaggingTransport(wire=wire)), **client_kwargs
-    )
+    inner = AsyncTaggingTransport(wire=wire, session=session)
+    return httpx.AsyncClient(transport=AsyncToolCallTransport(inner), **client_kwargs)
 
 
-class ToolCallWarmer:
-    """Warms what the tool-call transport will actually send: calls rendered as content, no tools.
+def rendered_for_emulation(messages: Sequence[Message]) -> list[Message]:
+    """Messages as the tool-call transport sends them: calls rendered as content. The rendered
+    calls also leave the messages' `tool_calls`: the server renders content only, and
+    llama-server refuses to render a history ending with an assistant message that still has
+    tool calls ("Cannot continue an assistant message that contains tool calls"), which is
+    where a boundary after a model turn leaves it."""
+    return [{k: v for k, v in m.items() if k != "tool_calls"} for m in render_tool_calls(messages)]
 
-    The rendered calls also leave the messages' `tool_calls`: the server renders content only,
-    and llama-server refuses to render a history ending with an assistant message that still has
-    tool calls ("Cannot continue an assistant message that contains tool calls"), which is where
-    a boundary after a model turn leaves it."""
 
-    def __init__(self, inner: Warmer) -> None:
-        self.inner = inner
+class ToolCallWarmer(DelegatingWarmer):
+    """Warms what the tool-call transport will actually send: calls rendered as content, no
+    tools. Every other hook goes to the wrapped warmer unchanged."""
 
     async def warm(
-        self, messages: Sequence[Message], *, shape: RequestShape, open_last: bool = False
+        self,
+        messages: Sequence[Message],
+        *,
+        shape: RequestShape,
+        open_last: bool = False,
+        spend: WarmupSpend | None = None,
     ) -> WarmupResult:
-        rendered = [
-            {k: v for k, v in m.items() if k != "tool_calls"} for m in render_tool_calls(messages)
-        ]
         return await self.inner.warm(
-            rendered, shape=replace(shape, tools=None), open_last=open_last
+            rendered_for_emulation(messages),
+            shape=replace(shape, tools=None),
+            open_last=open_last,
+            spend=spend,
         )
 
-    async def promote(self, group_id: str) -> None:
-        await self.inner.promote(group_id)
-
-    # The optional lifecycle hooks (slot pairing on llama.cpp) go to the wrapped warmer.
-    def attach(self, program_id: str) -> None:
-        notify_warmer(self.inner, "attach", program_id)
-
-    def committed(self, program_id: str, **kwargs: Any) -> None:
-        notify_warmer(self.inner, "committed", program_id, **kwargs)
-
-    def hand_over(self, program_id: str, child_id: str) -> None:
-        notify_warmer(self.inner, "hand_over", program_id, child_id)
-
-    def detach(self, program_id: str) -> None:
-        notify_warmer(self.inner, "detach", program_id)
-
-    async def aclose(self) -> None:
-        await self.inner.aclose()
-
-
-def server_needs_tool_emulation(base_url: str, *, timeout_s: float = 5.0) -> bool:
-    """True for a llama.cpp server whose chat template cannot emit tool calls (`/props`)."""
-    url = f"{base_url.rstrip('/').removesuffix('/v1')}/props"
-    try:
-        caps = httpx.get(url, timeout=timeout_s).json().get("chat_template_caps") or {}
-    except (httpx.HTTPError, ValueError, AttributeError):
-        return False
-    return caps.get("supports_tool_calls") is False
+    async def fork_live(
+        self, program_id: str, messages: Sequence[Message], *, shape: RequestShape
+    ) -> bool:
+        return await self.inner.fork_live(
+            program_id, rendered_for_emulation(messages), shape=replace(shape, tools=None)
+        )

@@ -6,46 +6,34 @@ Any framework built on the openai SDK accepts an `http_client`, so one line tags
     ChatOpenAI(..., http_async_client=tagged_async_http_client())
 
 Fields the request already carries win over the tags (an explicit per-call `extra_body` stays).
+Bound to a `ServerSession` (`session.async_http_client()`), a transport also counts that server's
+latency-critical requests for its slack gate and adds the session's placement fields (llama.cpp
+slots); `wire` then defaults to the session's, which `ServerSession.connect` learns by probing:
+a server not known to accept tag fields (a hosted API) gets wire "none", the `X-Program-Id`
+header only. Without a session the wire is "openai" (top-level fields) unless given.
 """
 
 from __future__ import annotations
 
 import json
 from collections.abc import AsyncIterator, Iterator
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any
 
 import httpx
 
-from lookahead_sdk.base.tags import PROGRAM_HEADER, RequestTags, current_tags
-from lookahead_sdk.client.llamacpp_slots import SLOT_PAIRS
-from lookahead_sdk.client.slack import (
-    FOREGROUND,
-    ForegroundRequest,
-    counts_as_foreground,
-    is_generation_path,
-    origin_of,
-)
+from lookahead_sdk.base.protocol import RequestTags, WireFormat, check_wire
+from lookahead_sdk.base.tags import current_tags
+from lookahead_sdk.client.slack import ForegroundRequest, counts_as_foreground, is_generation_path
 
-WireFormat = Literal["openai", "sglang", "vllm", "llamacpp"]
-WIRE_FORMATS: tuple[str, ...] = ("openai", "sglang", "vllm", "llamacpp")
-
-
-def tag_fields(tags: RequestTags, wire: WireFormat, origin: str = "") -> dict[str, Any]:
-    if wire == "sglang":
-        return {**tags.to_body(), **tags.to_sglang()}
-    if wire == "vllm":
-        return {**tags.to_body(), **tags.to_vllm()}
-    if wire == "llamacpp":
-        slot = SLOT_PAIRS.slot_for(origin, tags)
-        return {**tags.to_body(), **({"id_slot": slot} if slot is not None else {})}
-    return tags.to_body()
+if TYPE_CHECKING:
+    from lookahead_sdk.client.session import ServerSession
 
 
 def merge_tags(
-    body: dict[str, Any], tags: RequestTags, wire: WireFormat, origin: str = ""
+    body: dict[str, Any], tags: RequestTags, wire: WireFormat, placement: dict[str, Any]
 ) -> dict[str, Any]:
     merged = dict(body)
-    for key, value in tag_fields(tags, wire, origin).items():
+    for key, value in {**tags.body_fields(wire), **placement}.items():
         if key == "custom_params" and isinstance(merged.get(key), dict):
             merged[key] = {**value, **merged[key]}
         else:
@@ -53,12 +41,17 @@ def merge_tags(
     return merged
 
 
-def tag_request(request: httpx.Request, wire: WireFormat) -> httpx.Request:
+def tag_request(
+    request: httpx.Request, wire: WireFormat, session: ServerSession | None = None
+) -> httpx.Request:
     tags = current_tags()
     if tags is None:
         return request
-    request.headers.setdefault(PROGRAM_HEADER, tags.program_id)
-    if request.method != "POST" or "json" not in request.headers.get("content-type", ""):
+    for name, value in tags.headers().items():
+        request.headers.setdefault(name, value)
+    if wire == "none" or request.method != "POST":
+        return request  # "none": a server not known to accept tag fields gets the header only
+    if "json" not in request.headers.get("content-type", ""):
         return request
     try:
         body = json.loads(request.read())
@@ -66,18 +59,13 @@ def tag_request(request: httpx.Request, wire: WireFormat) -> httpx.Request:
         return request
     if not isinstance(body, dict):
         return request
-    content = json.dumps(merge_tags(body, tags, wire, origin_of(str(request.url)))).encode()
+    placement = session.placement_fields(tags) if session is not None else {}
+    content = json.dumps(merge_tags(body, tags, wire, placement)).encode()
     headers = httpx.Headers(request.headers)
     headers["content-length"] = str(len(content))
     return httpx.Request(
         request.method, request.url, headers=headers, content=content, extensions=request.extensions
     )
-
-
-def _check_wire(wire: str) -> WireFormat:
-    if wire not in WIRE_FORMATS:
-        raise ValueError(f"wire must be one of {WIRE_FORMATS}, got {wire!r}")
-    return wire  # type: ignore[return-value]
 
 
 class _CountedSyncStream(httpx.SyncByteStream):
@@ -115,27 +103,49 @@ class _CountedAsyncStream(httpx.AsyncByteStream):
             self.request.end()
 
 
-def _foreground_origin(request: httpx.Request) -> str | None:
-    """The origin to count this request against, if it is latency-critical generation."""
-    if request.method == "POST" and is_generation_path(request.url.path) and counts_as_foreground():
-        return origin_of(str(request.url))
-    return None
+class _Tagging:
+    """What the sync and async transports share: the wire format, the session, and which
+    requests count as the session's foreground."""
+
+    def __init__(self, wire: WireFormat | None, session: ServerSession | None) -> None:
+        if wire is None:
+            wire = session.wire if session is not None else "openai"
+        self.wire = check_wire(wire)
+        self.session = session
+
+    def prepare(self, request: httpx.Request) -> tuple[httpx.Request, ForegroundRequest | None]:
+        """The tagged request, and its foreground count if it is latency-critical generation
+        on the session's server."""
+        tagged = tag_request(request, self.wire, self.session)
+        session = self.session
+        if (
+            session is None
+            or request.method != "POST"
+            or not is_generation_path(request.url.path)
+            or not session.counts(str(request.url))
+            or not counts_as_foreground()
+        ):
+            return tagged, None
+        return tagged, session.foreground.begin()
 
 
-class TaggingTransport(httpx.BaseTransport):
+class TaggingTransport(_Tagging, httpx.BaseTransport):
     def __init__(
-        self, inner: httpx.BaseTransport | None = None, *, wire: WireFormat = "openai"
+        self,
+        inner: httpx.BaseTransport | None = None,
+        *,
+        wire: WireFormat | None = None,
+        session: ServerSession | None = None,
     ) -> None:
+        super().__init__(wire, session)
         self.inner = inner or httpx.HTTPTransport()
-        self.wire = _check_wire(wire)
 
     def handle_request(self, request: httpx.Request) -> httpx.Response:
-        origin = _foreground_origin(request)
-        if origin is None:
-            return self.inner.handle_request(tag_request(request, self.wire))
-        held = FOREGROUND.begin(origin)
+        tagged, held = self.prepare(request)
+        if held is None:
+            return self.inner.handle_request(tagged)
         try:
-            response = self.inner.handle_request(tag_request(request, self.wire))
+            response = self.inner.handle_request(tagged)
         except BaseException:
             held.end()
             raise
@@ -146,20 +156,23 @@ class TaggingTransport(httpx.BaseTransport):
         self.inner.close()
 
 
-class AsyncTaggingTransport(httpx.AsyncBaseTransport):
+class AsyncTaggingTransport(_Tagging, httpx.AsyncBaseTransport):
     def __init__(
-        self, inner: httpx.AsyncBaseTransport | None = None, *, wire: WireFormat = "openai"
+        self,
+        inner: httpx.AsyncBaseTransport | None = None,
+        *,
+        wire: WireFormat | None = None,
+        session: ServerSession | None = None,
     ) -> None:
+        super().__init__(wire, session)
         self.inner = inner or httpx.AsyncHTTPTransport()
-        self.wire = _check_wire(wire)
 
     async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
-        origin = _foreground_origin(request)
-        if origin is None:
-            return await self.inner.handle_async_request(tag_request(request, self.wire))
-        held = FOREGROUND.begin(origin)
+        tagged, held = self.prepare(request)
+        if held is None:
+            return await self.inner.handle_async_request(tagged)
         try:
-            response = await self.inner.handle_async_request(tag_request(request, self.wire))
+            response = await self.inner.handle_async_request(tagged)
         except BaseException:
             held.end()
             raise
@@ -173,13 +186,23 @@ class AsyncTaggingTransport(httpx.AsyncBaseTransport):
 DEFAULT_TIMEOUT = httpx.Timeout(600.0, connect=10.0)
 
 
-def tagged_http_client(*, wire: WireFormat = "openai", **client_kwargs: Any) -> httpx.Client:
+def tagged_http_client(
+    *,
+    wire: WireFormat | None = None,
+    session: ServerSession | None = None,
+    **client_kwargs: Any,
+) -> httpx.Client:
     client_kwargs.setdefault("timeout", DEFAULT_TIMEOUT)
-    return httpx.Client(transport=TaggingTransport(wire=wire), **client_kwargs)
+    return httpx.Client(transport=TaggingTransport(wire=wire, session=session), **client_kwargs)
 
 
 def tagged_async_http_client(
-    *, wire: WireFormat = "openai", **client_kwargs: Any
+    *,
+    wire: WireFormat | None = None,
+    session: ServerSession | None = None,
+    **client_kwargs: Any,
 ) -> httpx.AsyncClient:
     client_kwargs.setdefault("timeout", DEFAULT_TIMEOUT)
-    return httpx.AsyncClient(transport=AsyncTaggingTransport(wire=wire), **client_kwargs)
+    return httpx.AsyncClient(
+        transport=AsyncTaggingTransport(wire=wire, session=session), **client_kwargs
+    )

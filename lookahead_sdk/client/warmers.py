@@ -12,113 +12,52 @@ Warm-ups go out with the caller's contextvar tags (best-effort lookahead tags in
 
 from __future__ import annotations
 
-import inspect
 import logging
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Protocol, runtime_checkable
+from typing import Any, ClassVar, Self
 
 import httpx
 
 from lookahead_sdk.base.messages import Message, calls_tools
+from lookahead_sdk.base.protocol import WireFormat
 from lookahead_sdk.base.tags import current_tags
-from lookahead_sdk.client.llamacpp_slots import SLOT_PAIRS
-from lookahead_sdk.client.slack import ChunkSizer, SlackGate, origin_of
-from lookahead_sdk.client.transport import WireFormat, tagged_async_http_client
+from lookahead_sdk.client.session import ServerSession
+from lookahead_sdk.client.slack import ChunkSizer, SlackGate
+from lookahead_sdk.client.transport import tagged_async_http_client
+from lookahead_sdk.core.warmer import RequestShape, Warmer, WarmupResult, WarmupSpend
 
 # Marks the end of an open (still being written) last message, to cut the rendering right there.
 OPEN_MESSAGE_SENTINEL = "\u2063LOOKAHEAD-OPEN\u2063"
 
 
-@dataclass(frozen=True)
-class RequestShape:
-    """Everything besides messages that changes how a chat request renders (tools do)."""
+class _HttpWarmer(Warmer):
+    """A warmer talking to one server over HTTP. `server` is its `ServerSession` (shared with
+    the transports and gate of that server), or a URL for a session of its own."""
 
-    model: str = "default"
-    tools: tuple[dict[str, Any], ...] | None = None
-    extra: dict[str, Any] = field(default_factory=dict)
-
-    def chat_fields(self) -> dict[str, Any]:
-        fields: dict[str, Any] = {"model": self.model, **self.extra}
-        if self.tools:
-            fields["tools"] = list(self.tools)
-        return fields
-
-
-@dataclass(frozen=True)
-class WarmupResult:
-    prompt_tokens: int
-    cached_tokens: int
-    seconds: float
-
-    @property
-    def prefilled_tokens(self) -> int:
-        return max(0, self.prompt_tokens - self.cached_tokens)
-
-
-@dataclass
-class WarmupSpend:
-    """Prompt tokens a warm-up has made the engine prefill so far, kept up to date chunk by chunk
-    by warmers that accept it (`warm(..., spend=)`), so a warm-up cancelled midway (a commit
-    came first) is still counted: its chunks were computed, the last one even if cancelled."""
-
-    prefilled_tokens: int = 0
-
-
-@runtime_checkable
-class Warmer(Protocol):
-    async def warm(
-        self, messages: Sequence[Message], *, shape: RequestShape, open_last: bool = False
-    ) -> WarmupResult:
-        """Prefill `messages`; with open_last, stop right after the last message's content, so a
-        longer version of that message still hits the cache (progressive prefill). A warmer
-        working in several requests may also accept `spend: WarmupSpend` and count its chunks
-        there as it sends them."""
-        ...
-
-    async def promote(self, group_id: str) -> None:
-        """Raise the priority of a lookahead group's in-flight work (where the server supports it)."""
-        ...
-
-    async def aclose(self) -> None: ...
-
-    # Optional lifecycle hooks, called when present: attach(program_id) as a runtime starts
-    # using the warmer; committed(program_id, replaced=bool, live_prefix_share=float) after a
-    # lookahead commit (replaced: the committed context replaces the live one; live_prefix_share:
-    # the share of it the live context already holds); live_prefix(program_id, share,
-    # shared_messages=int) before a warm-up (the share of it the live context holds, and in how
-    # many leading messages); finish_warm_up(program_id) when a commit waits for the warm-up in
-    # flight (send no further chunk; without this hook the warm-up is cancelled at once);
-    # hand_over(program_id, child_id) when a sub-agent starts from a spawned context;
-    # detach(program_id) when a runtime or sub-agent ends. Optional coroutine:
-    # fork_live(program_id, messages, shape=) -> bool, when the model's turn just ended and the
-    # next lookahead will keep the history so far (copy the live KV to where it is warmed).
-
-
-class _HttpWarmer:
-    wire: WireFormat = "openai"
+    wire: ClassVar[WireFormat] = "openai"
 
     def __init__(
-        self, base_url: str, *, timeout_s: float = 300.0, api_key: str | None = None
+        self,
+        server: ServerSession | str,
+        *,
+        timeout_s: float = 300.0,
+        api_key: str | None = None,
     ) -> None:
-        self.server_url = base_url.rstrip("/").removesuffix("/v1")
+        self.session = (
+            server if isinstance(server, ServerSession) else ServerSession(server, wire=self.wire)
+        )
+        self.server_url = self.session.base_url
         headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
-        self._client = tagged_async_http_client(wire=self.wire, timeout=timeout_s, headers=headers)
+        self._client = tagged_async_http_client(
+            wire=self.wire, session=self.session, timeout=timeout_s, headers=headers
+        )
 
-    async def promote(self, group_id: str) -> None:
-        return None
-
-    def attach(self, program_id: str) -> None:
-        return None
-
-    def committed(
-        self, program_id: str, *, replaced: bool, live_prefix_share: float | None = None
-    ) -> None:
-        return None
-
-    def detach(self, program_id: str) -> None:
-        return None
+    @classmethod
+    async def connect(cls, base_url: str, **kwargs: Any) -> Self:
+        """A warmer with a session that knows what the server reports (its slots, on llama.cpp)."""
+        return cls(await ServerSession.connect(base_url, wire=cls.wire), **kwargs)
 
     async def aclose(self) -> None:
         await self._client.aclose()
@@ -130,8 +69,15 @@ class _HttpWarmer:
 
 
 class OpenAIWarmer(_HttpWarmer):
+    """Any OpenAI-compatible server: the real chat request with max_tokens=1."""
+
     async def warm(
-        self, messages: Sequence[Message], *, shape: RequestShape, open_last: bool = False
+        self,
+        messages: Sequence[Message],
+        *,
+        shape: RequestShape,
+        open_last: bool = False,
+        spend: WarmupSpend | None = None,
     ) -> WarmupResult:
         started = time.perf_counter()
         body = {
@@ -142,11 +88,14 @@ class OpenAIWarmer(_HttpWarmer):
         }
         usage = (await self._post("/v1/chat/completions", body)).get("usage") or {}
         details = usage.get("prompt_tokens_details") or {}
-        return WarmupResult(
+        result = WarmupResult(
             prompt_tokens=int(usage.get("prompt_tokens", 0)),
             cached_tokens=int(details.get("cached_tokens") or 0),
             seconds=time.perf_counter() - started,
         )
+        if spend is not None:
+            spend.prefilled_tokens += result.prefilled_tokens
+        return result
 
 
 log = logging.getLogger(__name__)
@@ -180,34 +129,36 @@ class LlamaCppWarmer(_HttpWarmer):
     take about `chunk_target_s` at the engine's measured prefill rate (`ChunkSizer`): a chunk in
     flight when a foreground request arrives delays it by up to that much. Programs attached to
     it get a slot pair (see `llamacpp_slots`): the warm-up is built in the program's branch slot,
-    never over its live context."""
+    never over its live context. Slot placement needs a session that knows the server's slots
+    (`await LlamaCppWarmer.connect(url)`, or `Endpoint.warmer()`); without one the server's own
+    slot choice applies."""
 
     wire = "llamacpp"
+    copies_live_context = True
 
     def __init__(
         self,
-        base_url: str,
+        server: ServerSession | str,
         *,
         gate: SlackGate | None = None,
         chunk_target_s: float = 0.4,
         max_chunk_tokens: int = 2048,
         **kwargs: Any,
     ) -> None:
-        super().__init__(base_url, **kwargs)
+        super().__init__(server, **kwargs)
+        if gate is not None and gate.foreground is not self.session.foreground:
+            raise ValueError(
+                "gate watches another server session than this warmer's: build both from one "
+                "ServerSession (session.gate(), LlamaCppWarmer(session, gate=...)) or an Endpoint"
+            )
         self.gate = gate
         self.chunks = ChunkSizer(target_s=chunk_target_s, max_tokens=max_chunk_tokens)
         self._branches: dict[str, BranchSlot] = {}  # per program
         self.slot_copies = True  # off after the server refuses one (no --slot-save-path)
-        self.origin = origin_of(self.server_url)
-        if not SLOT_PAIRS.is_configured(self.origin):
-            try:
-                total = httpx.get(f"{self.server_url}/props", timeout=10).json()["total_slots"]
-                SLOT_PAIRS.configure(self.origin, int(total))
-            except (httpx.HTTPError, ValueError, KeyError, TypeError):
-                pass  # no slot placement: the server's own slot choice applies
 
     def attach(self, program_id: str) -> None:
-        SLOT_PAIRS.enroll(self.origin, program_id)
+        if self.session.slots is not None:
+            self.session.slots.enroll(program_id)
 
     def committed(
         self, program_id: str, *, replaced: bool, live_prefix_share: float | None = None
@@ -219,15 +170,20 @@ class LlamaCppWarmer(_HttpWarmer):
         branch = self._branch(program_id)
         warmed_share = branch.warmed_share
         branch.forget_warm_up()
-        if replaced and (live_prefix_share is None or warmed_share > live_prefix_share):
-            SLOT_PAIRS.swap(self.origin, program_id)
+        if (
+            replaced
+            and self.session.slots is not None
+            and (live_prefix_share is None or warmed_share > live_prefix_share)
+        ):
+            self.session.slots.swap(program_id)
 
-    def finish_warm_up(self, program_id: str) -> None:
+    def finish_warm_up(self, program_id: str) -> bool:
         """A commit of `program_id` is waiting: its warm-up in flight sends no further chunk and
         returns once the chunk the engine is computing is done (the engine computes it either
         way, and `committed` then knows the branch holds it). The commit request prefills the
         rest in one go."""
         self._branch(program_id).finishing = True
+        return True
 
     def live_prefix(self, program_id: str, share: float, shared_messages: int = 0) -> None:
         """The program's next warm-up starts with `share` (in tokens; its first `shared_messages`
@@ -236,13 +192,17 @@ class LlamaCppWarmer(_HttpWarmer):
         branch = self._branch(program_id)
         branch.live_prefix_share, branch.live_prefix_messages = share, shared_messages
 
+    async def _wait_for_slack(self, until: Callable[[], bool]) -> None:
+        if self.gate is not None:
+            await self.gate.wait(until=until)
+
     def _branch(self, program_id: str) -> BranchSlot:
         return self._branches.setdefault(program_id, BranchSlot())
 
     async def _seed_branch(self, program_id: str) -> bool:
         """Copy the live slot's KV into the branch slot (llama.cpp slot save + restore): a
         fraction of a second where prefilling the same prefix takes seconds on a CPU."""
-        pair = SLOT_PAIRS.pair(self.origin, program_id)
+        pair = self.session.slots.pair(program_id) if self.session.slots is not None else None
         if pair is None or not self.slot_copies:
             return False
         filename = {"filename": f"branch-{pair.branch}.bin"}
@@ -288,12 +248,13 @@ class LlamaCppWarmer(_HttpWarmer):
     def hand_over(self, program_id: str, child_id: str) -> None:
         """A sub-agent spawned from this program's lookahead runs in the slot it was warmed in
         (until `detach(child_id)`)."""
-        if SLOT_PAIRS.hand_over(self.origin, program_id, child_id):
+        if self.session.slots is not None and self.session.slots.hand_over(program_id, child_id):
             self._branch(program_id).ids = []
 
     def detach(self, program_id: str) -> None:
         self._branches.pop(program_id, None)
-        SLOT_PAIRS.release(self.origin, program_id)
+        if self.session.slots is not None:
+            self.session.slots.release(program_id)
 
     async def render(
         self, messages: Sequence[Message], shape: RequestShape, *, open_last: bool = False
@@ -370,9 +331,8 @@ class LlamaCppWarmer(_HttpWarmer):
         ):
             messages.pop()
         prompt = await self.render(messages, shape, open_last=open_last)
-        if self.gate is None:
-            prefilled, cached = await self._prefill(prompt)
-            return WarmupResult(prefilled + cached, cached, time.perf_counter() - started)
+        # Token ids even without a gate: the branch must know what it holds, or `committed`
+        # could not tell that the commit belongs in the branch slot.
         ids = await self._tokenize(prompt)
         if not ids:
             return WarmupResult(0, 0, time.perf_counter() - started)
@@ -397,7 +357,7 @@ class LlamaCppWarmer(_HttpWarmer):
             live_prefix,
         )
         if live_prefix > end + self.chunks.min_tokens:
-            await self.gate.wait(until=finishing)
+            await self._wait_for_slack(finishing)
             seed_started = time.perf_counter()
             if not branch.finishing and await self._seed_branch(program_id):
                 # Resume exactly where the copy ends: a chunk ending short of it would drop the
@@ -415,11 +375,13 @@ class LlamaCppWarmer(_HttpWarmer):
         prefilled_total = 0
         while end < len(ids):
             waited_from = time.perf_counter()
-            await self.gate.wait(until=finishing)
+            await self._wait_for_slack(finishing)
             if branch.finishing:
                 break
             sent_at = time.perf_counter()
-            start, end = end, min(len(ids), end + self.chunks.next_tokens())
+            # Without a gate nothing makes room for foreground work: one request does it all.
+            chunk = self.chunks.next_tokens() if self.gate is not None else len(ids)
+            start, end = end, min(len(ids), end + chunk)
             spend.prefilled_tokens += end - start  # computed even if this request is cancelled
             prefilled, _ = await self._prefill(ids[:end])
             log.debug(
@@ -435,7 +397,9 @@ class LlamaCppWarmer(_HttpWarmer):
             prefilled_total += prefilled
             branch.ids = ids[:end]
         # Stopped early by a commit: the prompt so far is what the branch holds.
-        return WarmupResult(end, end - prefilled_total, time.perf_counter() - started)
+        return WarmupResult(
+            end, end - prefilled_total, time.perf_counter() - started, complete=end >= len(ids)
+        )
 
 
 class SGLangWarmer(_HttpWarmer):
@@ -466,11 +430,16 @@ class SGLangWarmer(_HttpWarmer):
 
     def _sampling(self, **fields: Any) -> dict[str, Any]:
         tags = current_tags()
-        custom = tags.to_body() if tags is not None else {}
+        custom = tags.to_custom_params() if tags is not None else {}
         return {"max_new_tokens": 0, "temperature": 0, "custom_params": {**custom, **fields}}
 
     async def warm(
-        self, messages: Sequence[Message], *, shape: RequestShape, open_last: bool = False
+        self,
+        messages: Sequence[Message],
+        *,
+        shape: RequestShape,
+        open_last: bool = False,
+        spend: WarmupSpend | None = None,
     ) -> WarmupResult:
         started = time.perf_counter()
         input_ids = await self.token_ids(messages, shape, open_last=open_last)
@@ -479,11 +448,14 @@ class SGLangWarmer(_HttpWarmer):
                 "/generate", {"input_ids": input_ids, "sampling_params": self._sampling()}
             )
         ).get("meta_info") or {}
-        return WarmupResult(
+        result = WarmupResult(
             prompt_tokens=int(meta.get("prompt_tokens", len(input_ids))),
             cached_tokens=int(meta.get("cached_tokens", 0)),
             seconds=time.perf_counter() - started,
         )
+        if spend is not None:
+            spend.prefilled_tokens += result.prefilled_tokens
+        return result
 
     async def promote(self, group_id: str) -> None:
         """A one-token prefill carrying `promote_group_id` raises the whole group to LC."""
@@ -491,23 +463,6 @@ class SGLangWarmer(_HttpWarmer):
             "/generate",
             {"input_ids": [0], "sampling_params": self._sampling(promote_group_id=group_id)},
         )
-
-
-def notify_warmer(warmer: object, hook: str, *args: Any, **kwargs: Any) -> None:
-    """Call an optional lifecycle hook of a warmer (attach / committed / hand_over / detach) if
-    it has one, with only the keyword arguments it accepts (hooks gained arguments over time)."""
-    method = getattr(warmer, hook, None)
-    if method is None:
-        return
-    method(*args, **keywords_accepted(method, kwargs))
-
-
-def keywords_accepted(function: Callable[..., Any], kwargs: dict[str, Any]) -> dict[str, Any]:
-    """The entries of `kwargs` that `function` takes (all of them if it takes **kwargs)."""
-    parameters = inspect.signature(function).parameters
-    if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in parameters.values()):
-        return kwargs
-    return {name: value for name, value in kwargs.items() if name in parameters}
 
 
 def common_prefix_length(first: Sequence[int], second: Sequence[int]) -> int:
@@ -526,9 +481,9 @@ WARMERS: dict[str, type[_HttpWarmer]] = {
 }
 
 
-def make_warmer(kind: str, base_url: str, **kwargs: Any) -> Warmer:
+def make_warmer(kind: str, server: ServerSession | str, **kwargs: Any) -> Warmer:
     try:
         warmer_class = WARMERS[kind]
     except KeyError:
         raise ValueError(f"warmer must be one of {sorted(WARMERS)}, got {kind!r}") from None
-    return warmer_class(base_url, **kwargs)  # type: ignore[return-value]
+    return warmer_class(server, **kwargs)

@@ -14,17 +14,15 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import inspect
-import threading
-import time
-from collections.abc import Awaitable, Callable, Coroutine, Iterator
-from contextlib import contextmanager
-from dataclasses import dataclass, field
+import logging
+from collections.abc import Awaitable, Callable, Coroutine
 from typing import Any, TypeVar
 
 from lookahead_sdk.core.runtime import LookaheadRuntime
 from lookahead_sdk.core.sync_runtime import BackgroundLoop
 
 T = TypeVar("T")
+log = logging.getLogger(__name__)
 Operation = Callable[[LookaheadRuntime], Awaitable[T]]
 
 
@@ -118,6 +116,13 @@ class HostedRuntime:
         future = asyncio.run_coroutine_threadsafe(self._apply(operation), self.loop.loop)
         future.add_done_callback(self._remember_failure)
 
+    def close_soon(self) -> concurrent.futures.Future[None]:
+        """Close the runtime after the operations already given (a commit in progress ends
+        first), without waiting: a program the adapter let go of."""
+        future = asyncio.run_coroutine_threadsafe(self._apply(_close), self.loop.loop)
+        future.add_done_callback(_log_close_failure)
+        return future
+
     async def _apply(self, operation: Operation[T]) -> T:
         if self._order is None:
             self._order = asyncio.Lock()
@@ -133,37 +138,14 @@ class HostedRuntime:
             raise self._failures.pop(0)
 
 
-@dataclass
-class HookClock:
-    """Time an adapter spends in its own hooks, summed per model turn (the adapter's overhead).
-
-    A turn runs from one model-call hook to the next, so it holds every hook around one call:
-    history sync, boundary, commit check, tag merging.
-    """
-
-    turns_ms: list[float] = field(default_factory=list)
-    _lock: threading.Lock = field(default_factory=threading.Lock)
-
-    def start_turn(self) -> None:
-        with self._lock:
-            self.turns_ms.append(0.0)
-
-    @contextmanager
-    def measure(self) -> Iterator[None]:
-        started = time.perf_counter()
-        try:
-            yield
-        finally:
-            elapsed_ms = (time.perf_counter() - started) * 1000
-            with self._lock:
-                if not self.turns_ms:
-                    self.turns_ms.append(0.0)
-                self.turns_ms[-1] += elapsed_ms
-
-
 async def _nothing(runtime: LookaheadRuntime) -> None:
     return None
 
 
 async def _close(runtime: LookaheadRuntime) -> None:
     await runtime.aclose()
+
+
+def _log_close_failure(future: concurrent.futures.Future[None]) -> None:
+    if not future.cancelled() and future.exception() is not None:
+        log.warning("closing a released runtime failed: %r", future.exception())

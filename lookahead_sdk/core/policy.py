@@ -6,13 +6,15 @@ import contextvars
 import functools
 import inspect
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Sequence
+from collections.abc import AsyncGenerator, Callable, Generator, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, ClassVar, Literal, Protocol, TypeVar, runtime_checkable
 
+from lookahead_sdk.base.completion import CompletionClient
 from lookahead_sdk.base.messages import Message
 from lookahead_sdk.base.tags import current_tags, use_tags
 from lookahead_sdk.base.tokens import TokenCounter, count_message
+from lookahead_sdk.errors import ConfigurationError
 
 if TYPE_CHECKING:
     from lookahead_sdk.core.offload_store import OffloadStore
@@ -46,24 +48,6 @@ def check_budget(value: Budget, field_name: str) -> None:
     resolve_budget(value, PAPER_WINDOW_TOKENS, field_name)
 
 
-@dataclass(frozen=True)
-class Completion:
-    text: str
-    prompt_tokens: int = 0
-    cached_tokens: int = 0
-    completion_tokens: int = 0
-
-
-@runtime_checkable
-class CompletionClient(Protocol):
-    """What a transform needs from an LLM (e.g. Summarize). Requests are tagged by the caller's
-    contextvar, so a lookahead's summary goes out best-effort and a fallback's latency-critical."""
-
-    async def complete(
-        self, messages: Sequence[Message], *, max_tokens: int, temperature: float
-    ) -> Completion: ...
-
-
 @dataclass
 class TransformUsage:
     llm_calls: int = 0
@@ -81,7 +65,7 @@ class TransformContext:
     token_counter: TokenCounter
     window_tokens: int
     is_lookahead: bool
-    llm: CompletionClient | None = None
+    summarizer: CompletionClient | None = None
     offload_store: OffloadStore | None = None
     partial_output: PartialOutput | None = None
     # For a lookahead: tokens expected to arrive between its snapshot and the commit. A transform
@@ -98,16 +82,17 @@ class TransformContext:
     async def complete(
         self, messages: Sequence[Message], *, max_tokens: int, temperature: float = 0.0
     ) -> str:
-        if self.llm is None:
-            raise RuntimeError(
-                "this policy calls an LLM but the runtime has no `llm`; pass "
-                "LookaheadRuntime(..., llm=OpenAICompletionClient(client, model))"
+        if self.summarizer is None:
+            raise ConfigurationError(
+                "this policy calls an LLM but the runtime has no summarizer: pass "
+                "summarizer=OpenAICompletionClient(AsyncOpenAI(...), model) (or "
+                "Endpoint.chat_client()) in its RuntimeConfig"
             )
         tags = current_tags()
         # A lookahead's LLM request starts with the live context (e.g. a summary request):
         # placed where that context is cached, it computes only its new tail.
         with use_tags(tags.extending_live_context() if self.is_lookahead and tags else tags):
-            completion = await self.llm.complete(
+            completion = await self.summarizer.complete(
                 messages, max_tokens=max_tokens, temperature=temperature
             )
         self.usage.llm_calls += 1
@@ -139,6 +124,12 @@ class ContextPolicy(ABC):
     def validate(self, window_tokens: int) -> None:
         """Raise ValueError naming the field when the settings cannot work for this window."""
         return None
+
+    @property
+    def needs_summarizer(self) -> bool:
+        """The transform calls an LLM (`TransformContext.complete`), so the runtime needs a
+        summarizer (framework adapters check it when they are built)."""
+        return False
 
     def should_lookahead(self, main: MainState, lookahead: LookaheadState) -> bool:
         return False
@@ -211,6 +202,10 @@ class Pipeline(ContextPolicy):
         for stage in self.stages:
             stage.validate(window_tokens)
 
+    @property
+    def needs_summarizer(self) -> bool:
+        return any(stage.needs_summarizer for stage in self.stages)
+
     def should_lookahead(self, main: MainState, lookahead: LookaheadState) -> bool:
         return any(stage.should_lookahead(main, lookahead) for stage in self.stages)
 
@@ -261,24 +256,48 @@ def active_policy() -> ContextPolicy | None:
 
 @runtime_checkable
 class PolicySwappable(Protocol):
-    """Agents and framework adapters that accept `@context_policy`: return a copy using `policy`."""
+    """Agents and framework adapters that accept `@context_policy`: the object using `policy`
+    (a copy for the reference agent; framework adapters swap in place, so an adapter an agent
+    already holds takes the new policy, and refuse once they serve)."""
 
     def with_context_policy(self, policy: ContextPolicy) -> Any: ...
 
 
 T = TypeVar("T")
 
+# Finds the lookahead adapters inside a framework's agent object (a LangGraph graph from
+# `create_agent`, an AutoGen `AssistantAgent`, a LlamaIndex `FunctionAgent`): None when the object
+# is not that framework's agent, else the adapters found (maybe none). Each adapter module
+# registers its locator when imported: an agent holding one of its adapters was built with it.
+AdapterLocator = Callable[[object], Sequence[PolicySwappable] | None]
+_locators: list[AdapterLocator] = []
+
+
+def register_adapter_locator(locator: AdapterLocator) -> None:
+    if locator not in _locators:
+        _locators.append(locator)
+
+
+WHAT_TO_DECORATE = (
+    "an agent function (sync, async, or a generator), a class that reads "
+    "default_context_policy (ReferenceAgent, LookaheadRuntime, the Lookahead adapters), a "
+    "Lookahead adapter (LookaheadMiddleware, LookaheadLLM, LookaheadChatCompletionContext), or a "
+    "framework agent holding one (create_agent's graph, FunctionAgent, AssistantAgent)"
+)
+
 
 def context_policy(policy: ContextPolicy) -> Callable[[T], T]:
     """Swap the context policy of an agent in one line.
 
     @context_policy(Summarize())          # on an agent function: runtimes created inside use it
-    async def run(task): ...
+    async def run(task): ...              # (generators too: set while their body runs)
 
-    agent = context_policy(Offload())(agent)   # on an agent / middleware / model context object
+    agent = context_policy(Offload())(agent)   # on an adapter, or a framework agent holding one
 
     @context_policy(KeepRecent())         # on a class: its instances default to this policy
     class MyAgent(ReferenceAgent): ...
+
+    Anything else raises TypeError saying what to decorate: a policy is never silently ignored.
     """
     if not isinstance(policy, ContextPolicy):
         raise TypeError(
@@ -288,10 +307,33 @@ def context_policy(policy: ContextPolicy) -> Callable[[T], T]:
 
     def apply(target: T) -> T:
         if isinstance(target, type):
+            if not hasattr(target, "default_context_policy"):
+                raise TypeError(
+                    f"@context_policy on class {target.__name__}: nothing in it reads a default "
+                    f"policy. Decorate {WHAT_TO_DECORATE}"
+                )
             target.default_context_policy = policy  # type: ignore[attr-defined]
             return target
         if isinstance(target, PolicySwappable):
             return target.with_context_policy(policy)
+        for locate in _locators:
+            adapters = locate(target)
+            if adapters is None:
+                continue
+            if not adapters:
+                raise TypeError(
+                    f"@context_policy on a {type(target).__name__}: it holds no lookahead adapter. "
+                    "Build the agent with one (e.g. middleware=[LookaheadMiddleware(...)], "
+                    "llm=LookaheadLLM(...), model_context=LookaheadChatCompletionContext(...)) "
+                    "and decorate that, or the agent"
+                )
+            for adapter in adapters:
+                adapter.with_context_policy(policy)
+            return target
+        if inspect.isasyncgenfunction(target):
+            return _wrap_async_generator(target, policy)  # type: ignore[return-value]
+        if inspect.isgeneratorfunction(target):
+            return _wrap_generator(target, policy)  # type: ignore[return-value]
         if inspect.iscoroutinefunction(target):
 
             @functools.wraps(target)
@@ -303,7 +345,11 @@ def context_policy(policy: ContextPolicy) -> Callable[[T], T]:
                     _active_policy.reset(token)
 
             return async_wrapper  # type: ignore[return-value]
-        if callable(target):
+        if (
+            inspect.isfunction(target)
+            or inspect.ismethod(target)
+            or isinstance(target, functools.partial)
+        ):
 
             @functools.wraps(target)
             def sync_wrapper(*args: Any, **kwargs: Any) -> Any:
@@ -315,15 +361,86 @@ def context_policy(policy: ContextPolicy) -> Callable[[T], T]:
 
             return sync_wrapper  # type: ignore[return-value]
         raise TypeError(
-            f"@context_policy applies to an agent function, a class, or an object with "
-            f"with_context_policy(); got {type(target).__name__}"
+            f"@context_policy cannot apply to a {type(target).__name__}. Decorate {WHAT_TO_DECORATE}"
         )
 
     return apply
 
 
+def _wrap_generator(
+    target: Callable[..., Generator[Any, Any, Any]], policy: ContextPolicy
+) -> Callable[..., Generator[Any, Any, Any]]:
+    """The policy is set around each step of the body (not across the caller's code between
+    steps, which may run in another context)."""
+
+    @functools.wraps(target)
+    def wrapper(*args: Any, **kwargs: Any) -> Generator[Any, Any, Any]:
+        inner = target(*args, **kwargs)
+        sent: Any = None
+        thrown: BaseException | None = None
+        while True:
+            token = _active_policy.set(policy)
+            try:
+                item = inner.throw(thrown) if thrown is not None else inner.send(sent)
+            except StopIteration as stop:
+                return stop.value
+            finally:
+                _active_policy.reset(token)
+            sent, thrown = None, None
+            try:
+                sent = yield item
+            except GeneratorExit:
+                token = _active_policy.set(policy)
+                try:
+                    inner.close()
+                finally:
+                    _active_policy.reset(token)
+                raise
+            except BaseException as error:
+                thrown = error
+
+    return wrapper
+
+
+def _wrap_async_generator(
+    target: Callable[..., AsyncGenerator[Any, Any]], policy: ContextPolicy
+) -> Callable[..., AsyncGenerator[Any, Any]]:
+    @functools.wraps(target)
+    async def wrapper(*args: Any, **kwargs: Any) -> AsyncGenerator[Any, Any]:
+        inner = target(*args, **kwargs)
+        sent: Any = None
+        thrown: BaseException | None = None
+        while True:
+            token = _active_policy.set(policy)
+            try:
+                item = await (inner.athrow(thrown) if thrown is not None else inner.asend(sent))
+            except StopAsyncIteration:
+                return
+            finally:
+                _active_policy.reset(token)
+            sent, thrown = None, None
+            try:
+                sent = yield item
+            except GeneratorExit:
+                token = _active_policy.set(policy)
+                try:
+                    await inner.aclose()
+                finally:
+                    _active_policy.reset(token)
+                raise
+            except BaseException as error:
+                thrown = error
+
+    return wrapper
+
+
 def resolve_policy(explicit: ContextPolicy | None, owner: object = None) -> ContextPolicy | None:
     """Explicit argument, else an enclosing decorated function's, else the owner class default."""
     if explicit is not None:
+        if not isinstance(explicit, ContextPolicy):
+            raise ConfigurationError(
+                f"policy must be a ContextPolicy such as Summarize(), Offload() | Summarize(), "
+                f"got {explicit!r}"
+            )
         return explicit
     return active_policy() or getattr(owner, "default_context_policy", None)

@@ -27,25 +27,20 @@ import contextlib
 import logging
 import math
 import time
-from collections.abc import Coroutine, Sequence
-from dataclasses import asdict, dataclass, replace
+from collections.abc import Coroutine, Mapping, Sequence
+from dataclasses import asdict, dataclass, fields, replace
 from enum import StrEnum
-from typing import Any, Literal
+from typing import Any, ClassVar
 
-from lookahead_sdk.base.messages import Message, calls_tools
-from lookahead_sdk.base.tags import RequestTags, current_tags, use_tags
-from lookahead_sdk.base.tokens import TokenCounter
-from lookahead_sdk.client.slack import FOREGROUND
-from lookahead_sdk.client.warmers import (
-    RequestShape,
-    Warmer,
-    WarmupSpend,
-    keywords_accepted,
-    notify_warmer,
-)
+from lookahead_sdk.base.completion import CompletionClient
+from lookahead_sdk.base.messages import Message, calls_tools, validate_messages
+from lookahead_sdk.base.protocol import RequestTags
+from lookahead_sdk.base.tags import current_tags, doing, use_tags
+from lookahead_sdk.base.tokens import count_message
+from lookahead_sdk.core.commit_modes import COMMIT_TARGETS
+from lookahead_sdk.core.config import DEFAULT_WINDOW_TOKENS, RuntimeConfig, RuntimeMode
 from lookahead_sdk.core.offload_store import OffloadStore
 from lookahead_sdk.core.policy import (
-    CompletionClient,
     ContextPolicy,
     TransformContext,
     TransformResult,
@@ -58,11 +53,13 @@ from lookahead_sdk.core.state import (
     PartialOutput,
     Snapshot,
 )
+from lookahead_sdk.core.warmer import RequestShape, Warmer, WarmupSpend
+from lookahead_sdk.errors import ConfigurationError, InvalidInputError, StateError
 
 log = logging.getLogger(__name__)
 
-RuntimeMode = Literal["lookahead", "sync"]
 STATE_FORMAT_VERSION = 1
+NO_WARMER = Warmer()  # every hook a no-op: the runtime without a warmer calls these
 
 
 class CommitKind(StrEnum):
@@ -80,7 +77,13 @@ class CommitOutcome:
     reason: str = ""
     waited_s: float = 0.0  # time spent waiting for a running lookahead (after promotion)
     transform_s: float = 0.0  # synchronous transform time on the critical path
+    transform_prompt_tokens: int = 0  # uncached prompt tokens of its LLM calls (Summarize)
     decided_ahead: bool = False  # decided when the model's turn ended (`should_commit_ahead`)
+    # For HIT: tokens of the committed context that no completed warm-up covered (what the
+    # commit request still prefills), and whether no warm-up had completed at all (a cold hit:
+    # the right result, no prefill saved).
+    unwarmed_tokens: int | None = None
+    cold: bool = False
 
     @property
     def committed(self) -> bool:
@@ -94,6 +97,7 @@ class RuntimeStats:
     superseded_boundaries: int = 0
     commits: int = 0
     hits: int = 0
+    cold_hits: int = 0  # hits no completed warm-up had prefilled (counted in hits too)
     stale: int = 0
     fallbacks: int = 0
     failures: int = 0
@@ -135,82 +139,88 @@ class GrowthRate:
 
 
 class LookaheadRuntime:
+    """`LookaheadRuntime(policy, config, messages=..., **overrides)`: overrides are
+    `RuntimeConfig` fields (e.g. `window_tokens=32768`); the policy may also come from an
+    enclosing `@context_policy(...)` or the class default."""
+
+    default_context_policy: ClassVar[ContextPolicy | None] = None  # set by @context_policy
+
     def __init__(
         self,
         policy: ContextPolicy | None = None,
+        config: RuntimeConfig | None = None,
         *,
-        mode: RuntimeMode = "lookahead",
         messages: Sequence[Message] = (),
-        window_tokens: int = 8192,
-        token_counter: TokenCounter | None = None,
-        llm: CompletionClient | None = None,
-        warmer: Warmer | None = None,
-        shape: RequestShape | None = None,
-        tags: RequestTags | None = None,
-        offload_store: OffloadStore | None = None,
-        warm_suffix: bool = True,
-        transform_timeout_s: float | None = 300.0,
-        commit_wait_timeout_s: float | None = 300.0,
-        warmup_wait_timeout_s: float | None = 2.0,
+        **overrides: Any,
     ) -> None:
-        if (
-            isinstance(window_tokens, bool)
-            or not isinstance(window_tokens, int)
-            or window_tokens <= 0
-        ):
-            raise ValueError(
-                f"window_tokens must be the model's context size as a positive int, got {window_tokens!r}"
-            )
+        config = RuntimeConfig.build(config, **overrides)
         resolved = resolve_policy(policy, self)
         if resolved is None:
-            raise ValueError(
+            raise ConfigurationError(
                 "LookaheadRuntime needs a policy: pass policy=... or use @context_policy(...)"
             )
-        if mode not in ("lookahead", "sync"):
-            raise ValueError(f"mode must be 'lookahead' or 'sync', got {mode!r}")
-        timeouts = {
-            "transform_timeout_s": transform_timeout_s,
-            "commit_wait_timeout_s": commit_wait_timeout_s,
-        }
-        for name, value in timeouts.items():
-            if value is not None and value <= 0:
-                raise ValueError(f"{name} must be positive seconds or None, got {value}")
-        if warmup_wait_timeout_s is not None and warmup_wait_timeout_s < 0:
-            raise ValueError(
-                f"warmup_wait_timeout_s must be >= 0 seconds or None, got {warmup_wait_timeout_s}"
+        if config.window_tokens is None:
+            log.warning(
+                "window_tokens not given: assuming a %d-token window; pass window_tokens= "
+                "(the model's context size)",
+                DEFAULT_WINDOW_TOKENS,
             )
-        resolved.validate(window_tokens)
+            config = config.with_overrides(window_tokens=DEFAULT_WINDOW_TOKENS)
+        resolved.validate(config.window_tokens)
+        self.config = config
         self.policy = resolved
-        self.mode: RuntimeMode = mode
-        self.main = MainState(messages, window_tokens=window_tokens, token_counter=token_counter)
-        self.lookahead = LookaheadState()
-        self.llm = llm
-        self.warmer = warmer
-        self._warmer_reports_spend = warmer is not None and bool(
-            keywords_accepted(warmer.warm, {"spend": None})
+        self._target = COMMIT_TARGETS[resolved.commit_mode]
+        self.main = MainState(
+            messages, window_tokens=config.window_tokens, token_counter=config.token_counter
         )
-        self.shape = shape or RequestShape()
-        self.tags = tags or current_tags() or RequestTags(program_id=f"prog-{id(self):x}")
-        self.offload_store = offload_store
-        self.warm_suffix = warm_suffix
-        self.transform_timeout_s = transform_timeout_s
-        self.commit_wait_timeout_s = commit_wait_timeout_s
-        self.warmup_wait_timeout_s = warmup_wait_timeout_s
+        self.lookahead = LookaheadState()
+        self.shape = config.shape or RequestShape()  # frameworks update it per call (tools)
+        tags = config.tags or current_tags()
+        self.tags = (
+            tags
+            if tags is not None and tags.program_id is not None
+            else RequestTags(program_id=f"prog-{id(self):x}")
+        )
         self.stats = RuntimeStats()
         self._job: asyncio.Task[None] | None = None
         self._pending_boundary = False
         self._spent_by_group: dict[str, int] = {}
         self._growth = GrowthRate()
-        self._spawned_at: bytes | None = (
-            None  # history signature when a spawn-mode policy last committed
-        )
-        if mode == "lookahead":
-            self._notify_warmer("attach", self.tags.program_id)
+        self._spawned_at: bytes | None = None  # history signature at a spawn-mode commit
+        self._hooks: Warmer = config.warmer or NO_WARMER
+        if self.mode == "lookahead":
+            self._hooks.attach(self.program_id)
         self._closed = False
         self._committing = False  # no new background work while a commit decides
         # Where `should_commit_ahead` held (history length, its signature): the next model call
         # commits while the history still extends that prefix.
         self._commit_due_at: tuple[int, bytes] | None = None
+
+    # -- settings ------------------------------------------------------------------------------
+    @property
+    def mode(self) -> RuntimeMode:
+        return self.config.mode
+
+    @property
+    def warmer(self) -> Warmer | None:
+        return self.config.warmer
+
+    @property
+    def summarizer(self) -> CompletionClient | None:
+        return self.config.summarizer
+
+    @property
+    def offload_store(self) -> OffloadStore | None:
+        return self.config.offload_store
+
+    @property
+    def program_id(self) -> str:
+        return self.tags.program_id or ""
+
+    @property
+    def spawns_subagents(self) -> bool:
+        """The policy's commits start a sub-agent (Isolate) instead of rewriting the history."""
+        return not self._target.rewrites_history
 
     # -- feeding the live history ------------------------------------------------------------
     def append(self, *messages: Message) -> None:
@@ -222,7 +232,7 @@ class LookaheadRuntime:
         self._check_open()
         self.stats.boundaries += 1
         if (
-            self.policy.commit_mode == "replace"
+            self._target.decides_ahead()
             and self._tools_pending()
             and self.policy.should_commit_ahead(self.main, self.lookahead)
         ):
@@ -250,10 +260,34 @@ class LookaheadRuntime:
         self.main.set_partial_output(PartialOutput(text, tool_name))
         await self.boundary()
 
+    @property
+    def busy(self) -> bool:
+        """Background work (a transform, warm-up or live copy) is running."""
+        return self._job is not None and not self._job.done()
+
+    async def settle(self, timeout_s: float | None = None) -> None:
+        """Wait until no background work runs or waits (the job in flight and the boundaries
+        queued behind it). TimeoutError after `timeout_s` (the work goes on)."""
+        deadline = None if timeout_s is None else time.monotonic() + timeout_s
+        while self._job is not None:
+            remaining = None if deadline is None else deadline - time.monotonic()
+            if remaining is not None and remaining <= 0:
+                raise TimeoutError(f"background work of {self.program_id} still runs")
+            # `_after_job` (a done callback registered first) clears `_job` or starts the next.
+            await asyncio.wait({self._job}, timeout=remaining)
+
+    def hand_over(self, child_program_id: str) -> None:
+        """A sub-agent `child_program_id` starts from the context just spawned (its warm-up's
+        server placement goes with it)."""
+        self._hooks.hand_over(self.program_id, child_program_id)
+
+    def subagent_ended(self, child_program_id: str) -> None:
+        self._hooks.detach(child_program_id)
+
     # -- committing --------------------------------------------------------------------------
     async def prepare(self) -> list[Message]:
         """The context for the next model call: commits first when the policy says the limit hit."""
-        if self.policy.commit_mode == "replace":
+        if self._target.applies_before_model_call():
             return (await self.commit()).messages
         return list(self.main.messages)
 
@@ -267,19 +301,23 @@ class LookaheadRuntime:
 
     async def _commit(self) -> CommitOutcome:
         main, lookahead = self.main, self.lookahead
-        already_spawned = (
-            self.policy.commit_mode == "spawn"
-            and self._spawned_at == main.prefix_signature(len(main))
-        )
-        if already_spawned or not (self.commit_due or self.policy.should_commit(main, lookahead)):
+        if self._target.already_committed(main, self._spawned_at) or not (
+            self.commit_due or self.policy.should_commit(main, lookahead)
+        ):
             return CommitOutcome(CommitKind.NONE, list(main.messages))
         if self.mode == "sync":
-            messages, elapsed = await self._transform_now(main.messages)
+            messages, elapsed, tokens = await self._transform_now(main.messages)
             return await self._finish_commit(
-                CommitOutcome(CommitKind.SYNC, messages, reason="sync mode", transform_s=elapsed)
+                CommitOutcome(
+                    CommitKind.SYNC,
+                    messages,
+                    reason="sync mode",
+                    transform_s=elapsed,
+                    transform_prompt_tokens=tokens,
+                )
             )
         self._drop_if_stale()
-        waited = await self._settle_running_job()
+        waited = await self._resolve_running_job()
         if (
             lookahead.status is LookaheadStatus.READY
             and lookahead.covers(main)
@@ -288,32 +326,43 @@ class LookaheadRuntime:
             end = lookahead.last_segment_end
             result = TransformResult(list(lookahead.messages), dict(lookahead.strategy_data))
             messages = self.policy.assemble(result, main.messages[end:])
-            self.stats.hits += 1
-            self._spent_by_group.pop(lookahead.group_id or "", None)
-            outcome = CommitOutcome(CommitKind.HIT, messages, covered_end=end, waited_s=waited)
-            self._notify_warmer(
-                "committed",
-                self.tags.program_id,
-                replaced=self.policy.commit_mode == "replace",
-                live_prefix_share=main.shared_prefix_share(messages),
+            warmed_end = lookahead.warmed_end
+            outcome = CommitOutcome(
+                CommitKind.HIT,
+                messages,
+                covered_end=end,
+                waited_s=waited,
+                unwarmed_tokens=(
+                    main.tokens_between(warmed_end)
+                    if warmed_end is not None
+                    else sum(count_message(main.token_counter, m) for m in messages)
+                ),
+                cold=warmed_end is None,
             )
-            if self.policy.commit_mode == "replace" and self._still_over_limit(messages):
+            if self._target.transforms_overflow() and self._still_over_limit(messages):
                 # The suffix that arrived since the snapshot kept the context over the limit.
                 self.stats.overflow_transforms += 1
-                messages, elapsed = await self._transform_now(messages)
+                messages, elapsed, tokens = await self._transform_now(messages)
                 outcome = replace(
-                    outcome, messages=messages, reason="overflow", transform_s=elapsed
+                    outcome,
+                    messages=messages,
+                    reason="overflow",
+                    transform_s=elapsed,
+                    transform_prompt_tokens=tokens,
                 )
             return await self._finish_commit(outcome)
         reason = (
             "not started" if lookahead.status is LookaheadStatus.IDLE else lookahead.status.value
         )
-        self._waste(lookahead.group_id)
-        self.stats.fallbacks += 1
-        messages, elapsed = await self._transform_now(main.messages)
+        messages, elapsed, tokens = await self._transform_now(main.messages)
         return await self._finish_commit(
             CommitOutcome(
-                CommitKind.FALLBACK, messages, reason=reason, waited_s=waited, transform_s=elapsed
+                CommitKind.FALLBACK,
+                messages,
+                reason=reason,
+                waited_s=waited,
+                transform_s=elapsed,
+                transform_prompt_tokens=tokens,
             )
         )
 
@@ -323,24 +372,53 @@ class LookaheadRuntime:
         )
         return self.policy.should_commit(probe, LookaheadState())
 
-    async def _transform_now(self, messages: Sequence[Message]) -> tuple[list[Message], float]:
-        """The synchronous transform, on the critical path, tagged latency-critical."""
+    async def _transform_now(self, messages: Sequence[Message]) -> tuple[list[Message], float, int]:
+        """The synchronous transform, on the critical path, tagged latency-critical. Bounded by
+        `sync_transform_timeout_s`: a hung transform fails the commit and leaves the history as
+        it was."""
         started = time.perf_counter()
         ctx = self._transform_context(is_lookahead=False, partial_output=None)
-        with use_tags(self.tags):
-            result = await self.policy.transform(list(messages), ctx)
+        timeout = self.config.sync_transform_timeout_s
+        try:
+            with use_tags(self.tags):
+                result = await asyncio.wait_for(self.policy.transform(list(messages), ctx), timeout)
+        except TimeoutError:
+            raise TimeoutError(
+                f"the synchronous {self.policy.name} transform of {self.program_id} took over "
+                f"sync_transform_timeout_s={timeout} s; the history is unchanged"
+            ) from None
         elapsed = time.perf_counter() - started
-        self.stats.sync_transform_s += elapsed
-        self.stats.sync_prompt_tokens += ctx.usage.uncached_prompt_tokens
-        return result.messages, elapsed
+        return result.messages, elapsed, ctx.usage.uncached_prompt_tokens
 
     async def _finish_commit(self, outcome: CommitOutcome) -> CommitOutcome:
+        # The commit takes effect first: a context that cannot be applied (an invalid message
+        # from the transform) raises here, leaving history, lookahead and stats as they were.
+        outcome = replace(outcome, decided_ahead=self.commit_due)
+        hit = outcome.kind is CommitKind.HIT
+        live_share = self.main.shared_prefix_share(outcome.messages) if hit else None
+        spawned_at = self._target.apply(self.main, outcome.messages)
+        lookahead = self.lookahead
+        self.stats.sync_transform_s += outcome.transform_s
+        self.stats.sync_prompt_tokens += outcome.transform_prompt_tokens
+        if hit:
+            self.stats.hits += 1
+            self.stats.cold_hits += outcome.cold
+            self._spent_by_group.pop(lookahead.group_id or "", None)
+            self._hooks.committed(
+                self.program_id,
+                replaced=self._target.rewrites_history,
+                live_prefix_share=live_share,
+            )
+        elif outcome.kind is CommitKind.FALLBACK:
+            self.stats.fallbacks += 1
+            self._waste(lookahead.group_id)
+        if spawned_at is not None:
+            self._spawned_at = spawned_at
         # Work still in flight belongs to the lookahead just committed or dropped: obsolete now.
         await self._cancel_job()
-        outcome = replace(outcome, decided_ahead=self.commit_due)
         log.debug(
             "%s commit %s (%s) waited %.2f s",
-            self.tags.program_id,
+            self.program_id,
             outcome.kind.value,
             outcome.reason,
             outcome.waited_s,
@@ -348,16 +426,12 @@ class LookaheadRuntime:
         self._pending_boundary = False
         self._commit_due_at = None
         self.stats.commits += 1
-        if self.lookahead.group_id:
-            FOREGROUND.forget(self.lookahead.group_id)
-        self.lookahead.reset()
-        if self.policy.commit_mode == "replace":
-            self.main.replace(outcome.messages)
-        else:
-            self._spawned_at = self.main.prefix_signature(len(self.main))
+        if lookahead.group_id:
+            self._hooks.lookahead_ended(lookahead.group_id)
+        lookahead.reset()
         return outcome
 
-    async def _settle_running_job(self) -> float:
+    async def _resolve_running_job(self) -> float:
         """At commit time: wait for a running lookahead (promoted) or abandon it. An in-flight
         warm-up of a ready result sends no further chunk: the commit request prefills what is
         left in one go, where a chunked warm-up competing with other programs could take much
@@ -367,32 +441,35 @@ class LookaheadRuntime:
         job, lookahead = self._job, self.lookahead
         if job is None or job.done():
             return 0.0
-        if lookahead.status not in (LookaheadStatus.READY, LookaheadStatus.RUNNING):
+        if not lookahead.in_flight_or_ready:
             await self._cancel_job()  # no lookahead's work (a copy of the live context)
             return 0.0
-        finish = getattr(self.warmer, "finish_warm_up", None)
-        timeout = self.warmup_wait_timeout_s if finish is not None else 0.0
-        if lookahead.status is LookaheadStatus.READY and finish is not None:
-            finish(self.tags.program_id)
-        if lookahead.status is LookaheadStatus.RUNNING:
+        timeout: float | None = 0.0
+        if lookahead.status is LookaheadStatus.READY:
+            if self._hooks.finish_warm_up(self.program_id):
+                timeout = self.config.warmup_wait_timeout_s
+        else:
             if not self.policy.should_promote(self.main, lookahead):
                 self.stats.abandoned += 1
                 await self._cancel_job()
                 self._waste(lookahead.group_id)
-                lookahead.status = LookaheadStatus.IDLE
+                lookahead.abandon()
                 return 0.0
-            lookahead.promoted = True
+            lookahead.promote()  # its work waiting for slack goes now
             self.stats.promotions += 1
-            if lookahead.group_id:
-                FOREGROUND.promote(lookahead.group_id)  # its work waiting at a SlackGate goes now
-            timeout = self.commit_wait_timeout_s
-            if self.warmer is not None and lookahead.group_id:
-                try:
-                    await self.warmer.promote(lookahead.group_id)
-                except Exception as error:  # promotion is an optimization
-                    log.warning("promotion of %s failed: %r", lookahead.group_id, error)
+            timeout = self.config.commit_wait_timeout_s
         started = time.perf_counter()
-        done, _ = await asyncio.wait({job}, timeout=timeout)
+        # Server-side promotion is an optimization: it runs beside the wait, never holds it.
+        promotion = (
+            asyncio.create_task(self._promote_on_server(lookahead.group_id))
+            if lookahead.promoted and lookahead.group_id
+            else None
+        )
+        try:
+            done, _ = await asyncio.wait({job}, timeout=timeout)
+        finally:
+            if promotion is not None and not promotion.done():
+                promotion.cancel()
         if not done:
             await self._cancel_job()
             if lookahead.status is LookaheadStatus.RUNNING:
@@ -400,6 +477,12 @@ class LookaheadRuntime:
         waited = time.perf_counter() - started
         self.stats.waited_s += waited
         return waited
+
+    async def _promote_on_server(self, group_id: str) -> None:
+        try:
+            await self._hooks.promote(group_id)
+        except Exception as error:
+            log.warning("promotion of %s failed: %r", group_id, error)
 
     # -- background work ---------------------------------------------------------------------
     def _on_boundary(self) -> None:
@@ -412,7 +495,7 @@ class LookaheadRuntime:
         self._pending_boundary = False
         main, lookahead = self.main, self.lookahead
         commits_next = self.commit_due and not self._tools_pending()
-        if self.policy.commit_mode == "replace" and (
+        if self._target.applies_before_model_call() and (
             commits_next or self.policy.should_commit(main, lookahead)
         ):
             # The next model call commits: background work started now would only make it wait
@@ -425,16 +508,16 @@ class LookaheadRuntime:
             self._run_job(self._warm(lookahead.group_id or ""))
         elif (
             self._tools_pending()
-            and hasattr(self.warmer, "fork_live")
+            and self._hooks.copies_live_context
             and self.policy.keeps_live_prefix(main, lookahead)
         ):
             self._run_job(self._fork_live())
 
     def _start_lookahead(self, snapshot: Snapshot) -> None:
-        group_id = f"{self.tags.program_id}:{self.policy.name}:s{self.main.turn}:{self.stats.lookaheads_started}"
+        group_id = f"{self.program_id}:{self.policy.name}:s{self.main.turn}:{self.stats.lookaheads_started}"
         previous = self.lookahead.group_id
         if previous is not None:
-            FOREGROUND.forget(previous)
+            self._hooks.lookahead_ended(previous)
         if self.lookahead.status is LookaheadStatus.READY and previous is not None:
             # A ready result superseded by a newer one (e.g. Isolate's next chunk): its work is
             # wasted only if the newer one is.
@@ -451,11 +534,14 @@ class LookaheadRuntime:
         lookahead = self.lookahead
         ctx = self._transform_context(is_lookahead=True, partial_output=snapshot.partial_output)
         ctx.expected_growth_tokens = self._expected_growth_until_commit()
-        with use_tags(self.tags.lookahead(group_id, commit_deadline_ms=self._commit_deadline_ms())):
+        tags = self.tags.lookahead(group_id, commit_deadline_ms=self._commit_deadline_ms())
+        with use_tags(tags), doing(lookahead.work):
             try:
                 result = await asyncio.wait_for(
-                    self.policy.transform(list(snapshot.messages), ctx), self.transform_timeout_s
+                    self.policy.transform(list(snapshot.messages), ctx),
+                    self.config.transform_timeout_s,
                 )
+                validate_messages(result.messages)  # an invalid result falls back at commit
             except asyncio.CancelledError:
                 self._account(
                     group_id, ctx.usage.uncached_prompt_tokens, ctx.usage.completion_tokens
@@ -466,45 +552,43 @@ class LookaheadRuntime:
                 self._account(
                     group_id, ctx.usage.uncached_prompt_tokens, ctx.usage.completion_tokens
                 )
-                if lookahead.group_id == group_id:
+                if lookahead.group_id == group_id and lookahead.status is LookaheadStatus.RUNNING:
                     self._fail(error)
                 return
             self._account(group_id, ctx.usage.uncached_prompt_tokens, ctx.usage.completion_tokens)
             if lookahead.group_id != group_id or lookahead.status is not LookaheadStatus.RUNNING:
                 return
-            lookahead.messages = tuple(result.messages)
-            lookahead.strategy_data = result.data
-            lookahead.status = LookaheadStatus.READY
-            lookahead.timings.transform_done_at = time.monotonic()
+            lookahead.ready(result.messages, result.data)
             if not lookahead.promoted:  # promoted: the commit is waiting and prefills it itself
                 await self._warm(group_id)
 
     async def _warm(self, group_id: str) -> None:
         """Prefill the context the commit would send now: result + suffix that arrived since."""
         lookahead = self.lookahead
-        if self.warmer is None or lookahead.messages is None or lookahead.group_id != group_id:
+        warmer = self.warmer
+        if warmer is None or lookahead.messages is None or lookahead.group_id != group_id:
             return
-        end = len(self.main) if self.warm_suffix else lookahead.last_segment_end
+        end = len(self.main) if self.config.warm_suffix else lookahead.last_segment_end
         messages = self.policy.assemble(
             TransformResult(list(lookahead.messages), lookahead.strategy_data),
             self.main.messages[lookahead.last_segment_end : end],
         )
-        open_last = self.policy.commit_mode == "spawn" and lookahead.covered_partial is not None
         tags = self.tags.lookahead(group_id, commit_deadline_ms=self._commit_deadline_ms())
         # How much of it the live context holds (a warmer may seed the warm-up from it).
         shared = self.main.shared_prefix_messages(messages)
-        self._notify_warmer(
-            "live_prefix",
-            self.tags.program_id,
+        warmer.live_prefix(
+            self.program_id,
             self.main.shared_prefix_share(messages, shared_messages=shared),
-            shared_messages=shared,
+            shared,
         )
         spend = WarmupSpend()
-        reports = {"spend": spend} if self._warmer_reports_spend else {}
-        with use_tags(tags):
+        with use_tags(tags), doing(lookahead.work):
             try:
-                outcome = await self.warmer.warm(
-                    messages, shape=self.shape, open_last=open_last, **reports
+                outcome = await warmer.warm(
+                    messages,
+                    shape=self.shape,
+                    open_last=self._target.warms_open(lookahead),
+                    spend=spend,
                 )
             except asyncio.CancelledError:
                 self._account(group_id, spend.prefilled_tokens, 0)  # what it got the engine to do
@@ -518,20 +602,19 @@ class LookaheadRuntime:
                 return
         self.stats.warmups += 1
         self._account(group_id, outcome.prefilled_tokens, 0)
-        if lookahead.group_id == group_id:
-            lookahead.warmed_end = end
-            lookahead.timings.warmed_at = time.monotonic()
+        if lookahead.group_id == group_id and outcome.complete:
+            lookahead.warmed(end)
 
     async def _fork_live(self) -> None:
         """The engine holds exactly the live history now (the model's turn just ended): the
         warmer copies it into the branch the next lookahead will be warmed in (see
         `ContextPolicy.keeps_live_prefix`)."""
         try:
-            copied = await self.warmer.fork_live(  # type: ignore[union-attr]
-                self.tags.program_id, list(self.main.messages), shape=self.shape
+            copied = await self._hooks.fork_live(
+                self.program_id, list(self.main.messages), shape=self.shape
             )
         except Exception as error:  # an optimization: the warm-up then prefills that prefix
-            log.warning("copying the live context of %s failed: %r", self.tags.program_id, error)
+            log.warning("copying the live context of %s failed: %r", self.program_id, error)
             return
         self.stats.live_copies += bool(copied)
 
@@ -545,25 +628,21 @@ class LookaheadRuntime:
 
     def _suffix_to_warm(self) -> bool:
         lookahead = self.lookahead
-        if self.warmer is None or not self.warm_suffix:
+        if self.warmer is None or not self.config.warm_suffix:
             return False
         return lookahead.warmed_end is not None and lookahead.warmed_end < len(self.main)
 
     def _drop_if_stale(self) -> None:
         lookahead = self.lookahead
-        if lookahead.status in (
-            LookaheadStatus.READY,
-            LookaheadStatus.RUNNING,
-        ) and not lookahead.covers(self.main):
+        if lookahead.in_flight_or_ready and not lookahead.covers(self.main):
             self.stats.stale += 1
-            lookahead.status = LookaheadStatus.STALE
+            lookahead.mark_stale()
             if self._job is not None and not self._job.done():
                 self._job.cancel()
 
     def _fail(self, error: BaseException) -> None:
         self.stats.failures += 1
-        self.lookahead.status = LookaheadStatus.FAILED
-        self.lookahead.error = error
+        self.lookahead.fail(error)
 
     def _account(self, group_id: str, prompt_tokens: int, completion_tokens: int) -> None:
         self.stats.background_prompt_tokens += prompt_tokens
@@ -600,7 +679,7 @@ class LookaheadRuntime:
             token_counter=self.main.token_counter,
             window_tokens=self.main.window_tokens,
             is_lookahead=is_lookahead,
-            llm=self.llm,
+            summarizer=self.summarizer,
             offload_store=self.offload_store,
             partial_output=partial_output,
         )
@@ -635,34 +714,17 @@ class LookaheadRuntime:
             }
         return saved
 
-    def load_state(self, state: dict[str, Any]) -> None:
-        """Restore `save_state` output. A restored result is committed only if the restored
+    def load_state(self, state: Mapping[str, Any]) -> None:
+        """Restore `save_state` output. Atomic: the whole state is read and checked first, and
+        only then swapped in, so a state that does not fit (InvalidInputError naming the field) leaves
+        the runtime exactly as it was. A restored result is committed only if the restored
         history still matches the prefix it covers (the usual signature check)."""
         self._check_open()
-        if not isinstance(state, dict) or state.get("version") != STATE_FORMAT_VERSION:
-            raise ValueError(
-                f"state must be a dict saved by LookaheadRuntime.save_state (version {STATE_FORMAT_VERSION})"
-            )
-        if state.get("policy") != self.policy.name:
-            raise ValueError(
-                f"state was saved with policy {state.get('policy')!r}, this runtime runs {self.policy.name!r}"
-            )
+        restored = _read_state(state, self.policy.name, self.main)
         if self._job is not None:
             self._job.cancel()
-        self.main.replace(state["messages"])
-        self.main.turn = int(state["turn"])
-        due = state.get("commit_due_at")
-        self._commit_due_at = (int(due[0]), bytes.fromhex(due[1])) if due else None
-        self.stats = RuntimeStats(**state["stats"])
-        self.lookahead = LookaheadState()
-        saved = state["lookahead"]
-        if saved["status"] == "ready":
-            self.lookahead.status = LookaheadStatus.READY
-            self.lookahead.messages = tuple(saved["messages"])
-            self.lookahead.last_segment_end = int(saved["last_segment_end"])
-            self.lookahead.covered_signature = bytes.fromhex(saved["covered_signature"])
-            self.lookahead.group_id = saved["group_id"]
-            self.lookahead.strategy_data = dict(saved["strategy_data"])
+        self.main, self.lookahead, self.stats, self._commit_due_at = restored
+        self._pending_boundary = False
         # A lookahead that was running restarts by itself: its policy fires again at the next boundary.
 
     # -- lifecycle ---------------------------------------------------------------------------
@@ -683,12 +745,9 @@ class LookaheadRuntime:
         await self._cancel_job()
         self._waste(self.lookahead.group_id)
         if self.lookahead.group_id:
-            FOREGROUND.forget(self.lookahead.group_id)
+            self._hooks.lookahead_ended(self.lookahead.group_id)
         if self.mode == "lookahead":
-            self._notify_warmer("detach", self.tags.program_id)
-
-    def _notify_warmer(self, hook: str, *args: Any, **kwargs: Any) -> None:
-        notify_warmer(self.warmer, hook, *args, **kwargs)
+            self._hooks.detach(self.program_id)
 
     async def __aenter__(self) -> LookaheadRuntime:
         return self
@@ -698,4 +757,74 @@ class LookaheadRuntime:
 
     def _check_open(self) -> None:
         if self._closed:
-            raise RuntimeError("this LookaheadRuntime is closed; create a new one per program run")
+            raise StateError("this LookaheadRuntime is closed; create a new one per program run")
+
+
+def _read_state(
+    state: Mapping[str, Any], policy_name: str, current: MainState
+) -> tuple[MainState, LookaheadState, RuntimeStats, tuple[int, bytes] | None]:
+    """Everything `load_state` swaps in, built from `state` without touching the runtime."""
+    if not isinstance(state, Mapping) or state.get("version") != STATE_FORMAT_VERSION:
+        raise InvalidInputError(
+            f"state must be a dict saved by LookaheadRuntime.save_state (version "
+            f"{STATE_FORMAT_VERSION})"
+        )
+    if state.get("policy") != policy_name:
+        raise InvalidInputError(
+            f"state was saved with policy {state.get('policy')!r}, this runtime runs "
+            f"{policy_name!r}"
+        )
+    field_name = "state"
+    try:
+        field_name = "state.messages"
+        main = MainState(
+            state["messages"],
+            window_tokens=current.window_tokens,
+            token_counter=current.token_counter,
+        )
+        field_name = "state.turn"
+        main.turn = _non_negative_int(state["turn"])
+        field_name = "state.commit_due_at"
+        due = state.get("commit_due_at")
+        commit_due_at = None
+        if due is not None:
+            end, signature = due
+            commit_due_at = (_non_negative_int(end), bytes.fromhex(signature))
+        field_name = "state.stats"
+        stats = _read_stats(state["stats"])
+        field_name = "state.lookahead"
+        lookahead = LookaheadState()
+        saved = state["lookahead"]
+        if saved["status"] == "ready":
+            lookahead.restore(
+                messages=validate_messages(saved["messages"]),
+                last_segment_end=_non_negative_int(saved["last_segment_end"]),
+                covered_signature=bytes.fromhex(saved["covered_signature"]),
+                group_id=saved["group_id"],
+                strategy_data=dict(saved["strategy_data"]),
+            )
+    except (KeyError, TypeError, ValueError, AttributeError) as error:
+        raise InvalidInputError(
+            f"{field_name} does not fit a saved LookaheadRuntime state ({error!r}); the runtime "
+            "is unchanged"
+        ) from None
+    return main, lookahead, stats, commit_due_at
+
+
+def _read_stats(saved: Mapping[str, Any]) -> RuntimeStats:
+    known = {field.name: field.type for field in fields(RuntimeStats)}
+    unknown = set(saved) - set(known)
+    if unknown:
+        raise ValueError(f"unknown stats {sorted(unknown)}")
+    values: dict[str, Any] = {}
+    for name, value in saved.items():
+        if isinstance(value, bool) or not isinstance(value, int | float) or value < 0:
+            raise ValueError(f"stats.{name} must be a number >= 0, got {value!r}")
+        values[name] = value
+    return RuntimeStats(**values)
+
+
+def _non_negative_int(value: object) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise ValueError(f"expected an int >= 0, got {value!r}")
+    return value

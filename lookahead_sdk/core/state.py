@@ -16,7 +16,9 @@ from lookahead_sdk.base.messages import (
     message_digest,
     validate_message,
 )
+from lookahead_sdk.base.tags import BackgroundWork
 from lookahead_sdk.base.tokens import TokenCounter, auto_token_counter, count_message
+from lookahead_sdk.errors import StateError
 
 EMPTY_SIGNATURE = b"\x00" * 16
 RECENT_TURNS = 8  # turns `largest_recent_turn_tokens` looks back over
@@ -28,6 +30,15 @@ class PartialOutput:
 
     text: str
     tool_name: str | None = None
+
+
+@dataclass(frozen=True)
+class _Prepared:
+    """A message ready to enter the history: validated copy, token count, digest."""
+
+    message: Message
+    tokens: int
+    digest: bytes
 
 
 @dataclass(frozen=True)
@@ -75,7 +86,7 @@ class MainState:
         self.tokens_per_turn: float | None = None
         self._recent_turn_growth: deque[int] = deque(maxlen=RECENT_TURNS)
         self._tokens_at_last_turn: int | None = None
-        self._append(messages, count_turns=True)
+        self._extend(self._prepared(messages, 0), count_turns=True)
 
     # -- reading -----------------------------------------------------------------------------
     @property
@@ -148,26 +159,31 @@ class MainState:
         )
 
     # -- editing -----------------------------------------------------------------------------
+    # Every edit first prepares all new messages (validated, copied, counted, hashed), and only
+    # then changes anything: a message that fails leaves the history exactly as it was.
     def append(self, *messages: Message) -> None:
-        self._append(messages, count_turns=True)
+        self._extend(self._prepared(messages, len(self._messages)), count_turns=True)
 
-    def _append(self, messages: Iterable[Message], *, count_turns: bool) -> None:
-        appended = False
-        for message in messages:
-            appended = True
-            index = len(self._messages)
+    def _prepared(self, messages: Iterable[Message], start: int) -> list[_Prepared]:
+        prepared = []
+        for index, message in enumerate(messages, start):
             copied = copy_message(validate_message(message, index))
-            tokens = count_message(self.token_counter, copied)
-            self._messages.append(copied)
-            self._message_tokens.append(tokens)
-            self._token_prefix.append(self._token_prefix[-1] + tokens)
-            self._signatures.append(chain_digest(self._signatures[-1], message_digest(copied)))
-            if copied["role"] == "assistant":
+            digest = message_digest(copied, f"messages[{index}]")
+            prepared.append(_Prepared(copied, count_message(self.token_counter, copied), digest))
+        return prepared
+
+    def _extend(self, prepared: Sequence[_Prepared], *, count_turns: bool) -> None:
+        for entry in prepared:
+            self._messages.append(entry.message)
+            self._message_tokens.append(entry.tokens)
+            self._token_prefix.append(self._token_prefix[-1] + entry.tokens)
+            self._signatures.append(chain_digest(self._signatures[-1], entry.digest))
+            if entry.message["role"] == "assistant":
                 self.partial_output = None
                 if count_turns:
                     self.turn += 1
                     self._observe_turn_growth()
-        if appended:
+        if prepared:
             self._touch()
 
     def _observe_turn_growth(self) -> None:
@@ -191,13 +207,19 @@ class MainState:
 
     def replace(self, messages: Sequence[Message]) -> None:
         """Swap the whole history (a commit). Turn count is kept: turns are agent progress."""
-        self.truncate(0)
-        self._append(messages, count_turns=False)
+        if isinstance(messages, str | bytes | dict) or not isinstance(messages, Iterable):
+            raise TypeError("messages must be a list of OpenAI chat-format dicts")
+        prepared = self._prepared(messages, 0)
+        self._cut(0)
+        self._extend(prepared, count_turns=False)
         self._tokens_at_last_turn = self.tokens
 
     def truncate(self, end: int) -> None:
-        if not 0 <= end <= len(self._messages):
-            raise ValueError(f"truncate end must be within [0, {len(self._messages)}], got {end}")
+        if isinstance(end, bool) or not isinstance(end, int) or not 0 <= end <= len(self._messages):
+            raise ValueError(f"truncate end must be within [0, {len(self._messages)}], got {end!r}")
+        self._cut(end)
+
+    def _cut(self, end: int) -> None:
         del self._messages[end:]
         del self._message_tokens[end:]
         del self._token_prefix[end + 1 :]
@@ -207,11 +229,17 @@ class MainState:
 
     def edit(self, index: int, message: Message) -> None:
         """Replace one message; signatures of every prefix that includes it change."""
-        if not 0 <= index < len(self._messages):
-            raise IndexError(f"edit index {index} out of range for {len(self._messages)} messages")
-        tail = [message, *self._messages[index + 1 :]]
-        self.truncate(index)
-        self._append(tail, count_turns=False)
+        if (
+            isinstance(index, bool)
+            or not isinstance(index, int)
+            or not 0 <= index < len(self._messages)
+        ):
+            raise IndexError(
+                f"edit index {index!r} out of range for {len(self._messages)} messages"
+            )
+        prepared = self._prepared([message, *self._messages[index + 1 :]], index)
+        self._cut(index)
+        self._extend(prepared, count_turns=False)
 
     def _touch(self) -> None:
         self.version += 1
@@ -241,7 +269,12 @@ class LookaheadTimings:
 
 @dataclass
 class LookaheadState:
-    """The background copy: a transform of MainState[:last_segment_end] and its provenance."""
+    """The background copy: a transform of MainState[:last_segment_end] and its provenance.
+
+    Its status changes only through the transition methods below (each checks where it comes
+    from): idle -> running (`start`) -> ready (`ready`) | failed (`fail`) | idle (`abandon`);
+    running or ready -> stale (`mark_stale`); anything -> idle (`reset`, after a commit);
+    idle -> ready (`restore`, from a saved state)."""
 
     status: LookaheadStatus = LookaheadStatus.IDLE
     messages: tuple[Message, ...] | None = None
@@ -255,30 +288,93 @@ class LookaheadState:
     error: BaseException | None = None
     # How far the pre-materialized (warmed) sequence reaches into MainState: result + main[end:warmed_end].
     warmed_end: int | None = None
-    promoted: bool = False
+    # The handle its background work sees (`base.tags.current_work`): promoted when a commit waits.
+    work: BackgroundWork | None = None
+
+    @property
+    def promoted(self) -> bool:
+        return self.work is not None and self.work.promoted
+
+    @property
+    def in_flight_or_ready(self) -> bool:
+        return self.status in (LookaheadStatus.RUNNING, LookaheadStatus.READY)
 
     def start(self, snapshot: Snapshot, group_id: str) -> None:
-        self.status = LookaheadStatus.RUNNING
-        self.messages = None
+        """A new lookahead of `snapshot` (supersedes whatever came before)."""
+        self._clear(LookaheadStatus.RUNNING)
         self.last_segment_end = snapshot.end
         self.covered_signature = snapshot.signature
         self.covered_version = snapshot.version
         self.covered_partial = snapshot.partial_output
         self.group_id = group_id
-        self.strategy_data = {}
         self.timings = LookaheadTimings(started_at=time.monotonic())
-        self.error = None
-        self.warmed_end = None
-        self.promoted = False
+        self.work = BackgroundWork(group_id)
+
+    def ready(self, messages: Sequence[Message], data: dict[str, Any]) -> None:
+        self._expect(LookaheadStatus.RUNNING, "ready")
+        self.status = LookaheadStatus.READY
+        self.messages = tuple(messages)
+        self.strategy_data = data
+        self.timings.transform_done_at = time.monotonic()
+
+    def fail(self, error: BaseException) -> None:
+        self._expect(LookaheadStatus.RUNNING, "fail")
+        self.status = LookaheadStatus.FAILED
+        self.error = error
+
+    def mark_stale(self) -> None:
+        if not self.in_flight_or_ready:
+            raise StateError(f"only a running or ready lookahead can go stale, not {self.status}")
+        self.status = LookaheadStatus.STALE
+
+    def abandon(self) -> None:
+        """The commit did not wait for it (the policy declined to promote it)."""
+        self._expect(LookaheadStatus.RUNNING, "abandon")
+        self._clear(LookaheadStatus.IDLE)
+
+    def promote(self) -> None:
+        """A commit waits for it: its background work stops waiting for slack."""
+        if self.work is not None:
+            self.work.promoted = True
+
+    def warmed(self, end: int) -> None:
+        """The server holds result + main[last_segment_end:end]."""
+        self.warmed_end = end
+        self.timings.warmed_at = time.monotonic()
+
+    def restore(
+        self,
+        *,
+        messages: Sequence[Message],
+        last_segment_end: int,
+        covered_signature: bytes,
+        group_id: str | None,
+        strategy_data: dict[str, Any],
+    ) -> None:
+        """A ready result from a saved state (committed only if it still covers the history)."""
+        self._expect(LookaheadStatus.IDLE, "restore")
+        self.status = LookaheadStatus.READY
+        self.messages = tuple(messages)
+        self.last_segment_end = last_segment_end
+        self.covered_signature = covered_signature
+        self.group_id = group_id
+        self.strategy_data = dict(strategy_data)
 
     def covers(self, main: MainState) -> bool:
         """The covered prefix is still exactly the start of the live history."""
         return main.prefix_signature(self.last_segment_end) == self.covered_signature
 
     def reset(self) -> None:
-        self.status = LookaheadStatus.IDLE
+        self._clear(LookaheadStatus.IDLE)
+
+    def _clear(self, status: LookaheadStatus) -> None:
+        self.status = status
         self.messages = None
         self.error = None
         self.warmed_end = None
-        self.promoted = False
+        self.work = None
         self.strategy_data = {}
+
+    def _expect(self, status: LookaheadStatus, transition: str) -> None:
+        if self.status is not status:
+            raise StateError(f"lookahead {transition}() needs status {status}, not {self.status}")

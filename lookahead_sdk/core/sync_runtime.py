@@ -10,12 +10,14 @@ from __future__ import annotations
 
 import asyncio
 import threading
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from concurrent.futures import Future
-from typing import Any, TypeVar
+from typing import Any, ClassVar, TypeVar
 
 from lookahead_sdk.base.messages import Message
 from lookahead_sdk.base.tags import current_tags
+from lookahead_sdk.core.config import RuntimeConfig
+from lookahead_sdk.core.policy import ContextPolicy, resolve_policy
 from lookahead_sdk.core.runtime import CommitOutcome, LookaheadRuntime, RuntimeStats
 from lookahead_sdk.core.state import LookaheadState, MainState
 
@@ -53,14 +55,27 @@ class BackgroundLoop:
 
 
 class SyncLookaheadRuntime:
-    """Same arguments as LookaheadRuntime; tags default to the caller's current tags."""
+    """Same arguments as LookaheadRuntime; tags default to the caller's current tags (the
+    runtime is built on another thread, where the caller's contextvars are not set)."""
 
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
-        kwargs.setdefault("tags", current_tags())
+    default_context_policy: ClassVar[ContextPolicy | None] = None  # set by @context_policy
+
+    def __init__(
+        self,
+        policy: ContextPolicy | None = None,
+        config: RuntimeConfig | None = None,
+        *,
+        messages: Sequence[Message] = (),
+        **overrides: Any,
+    ) -> None:
+        config = RuntimeConfig.build(config, **overrides)
+        if config.tags is None and current_tags() is not None:
+            config = config.with_overrides(tags=current_tags())
+        policy = resolve_policy(policy, self)  # the decorator's contextvar is set on this thread
         self._loop = BackgroundLoop()
 
         async def create() -> LookaheadRuntime:
-            return LookaheadRuntime(*args, **kwargs)
+            return LookaheadRuntime(policy, config, messages=messages)
 
         try:
             self.runtime = self._loop.run(create())
@@ -94,6 +109,16 @@ class SyncLookaheadRuntime:
 
     def commit(self) -> CommitOutcome:
         return self._loop.run(self.runtime.commit())
+
+    def settle(self, timeout_s: float | None = None) -> None:
+        """Wait until the runtime's background work is done (see `LookaheadRuntime.settle`)."""
+        self._loop.run(self.runtime.settle(timeout_s))
+
+    def save_state(self) -> dict[str, Any]:
+        return self._loop.call(self.runtime.save_state)
+
+    def load_state(self, state: dict[str, Any]) -> None:
+        self._loop.call(self.runtime.load_state, state)
 
     def close(self) -> None:
         if not self._loop.loop.is_closed():

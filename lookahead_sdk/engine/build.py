@@ -3,7 +3,7 @@
 The source gets lookahead-sdk's edits first (priority-aware batching, ``engine.patches``).
 
 The binaries are built once per machine (``-march=native``) into
-``<cache>/llama.cpp/<version>/bin-<patch id>``. The build runs in a temporary directory next to it and the
+``<cache>/llama.cpp/<version>/bin-<build id>`` (``build_id``: edits + cmake flags). The build runs in a temporary directory next to it and the
 finished binaries are moved into place with one rename, so an interrupted build never leaves a
 half-written binary behind.
 """
@@ -30,22 +30,13 @@ from rich.console import Console
 from rich.progress import BarColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 
 from lookahead_sdk.engine import paths
+from lookahead_sdk.engine.build_id import CMAKE_FLAGS
 from lookahead_sdk.engine.errors import BuildError, MissingToolError
 from lookahead_sdk.engine.patches import apply_edits
 
 SERVER_BINARY = "llama-server"
 QUANTIZE_BINARY = "llama-quantize"
 
-# The UI flags are required: without them the build downloads web-UI assets.
-CMAKE_FLAGS: tuple[str, ...] = (
-    "-DCMAKE_BUILD_TYPE=Release",
-    "-DLLAMA_USE_PREBUILT_UI=OFF",
-    "-DLLAMA_BUILD_UI=OFF",
-    "-DLLAMA_BUILD_TESTS=OFF",
-    "-DLLAMA_BUILD_EXAMPLES=OFF",
-    "-DLLAMA_OPENSSL=OFF",
-    "-DBUILD_SHARED_LIBS=OFF",
-)
 
 _MAKE_PROGRESS = re.compile(r"^\[\s*(\d{1,3})%\]")
 _NINJA_PROGRESS = re.compile(r"^\[(\d+)/(\d+)\]")

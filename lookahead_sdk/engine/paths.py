@@ -2,8 +2,8 @@
 
 Layout under the root (``~/.cache/lookahead-sdk`` or ``$LOOKAHEAD_SDK_CACHE``)::
 
-    llama.cpp/<version>/bin-<patch>/  llama-server, llama-quantize (built from the sdist with the
-                                    source edits of lookahead_sdk.engine.patches)
+    llama.cpp/<version>/bin-<build>/  llama-server, llama-quantize (built from the sdist with the
+                                    source edits of lookahead_sdk.engine.patches; engine.build_id)
     llama.cpp/<version>/models/     requantized model files
     llama.cpp/<version>/logs/       build logs
     run/engine-<port>.json          state of an engine started by us
@@ -16,7 +16,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from lookahead_sdk.engine.patches import PATCH_ID
+from lookahead_sdk.engine.build_id import BUILD_ID
 
 # The llama.cpp source we build is the one vendored in this llama-cpp-python sdist.
 LLAMA_CPP_PYTHON_VERSION = "0.3.36"
@@ -35,8 +35,8 @@ def version_dir() -> Path:
 
 
 def bin_dir() -> Path:
-    # Keyed by the source edits too: a changed edit builds new binaries.
-    return version_dir() / f"bin-{PATCH_ID}"
+    # Keyed by the source edits and cmake flags: a changed one builds new binaries.
+    return version_dir() / f"bin-{BUILD_ID}"
 
 
 def models_dir() -> Path:

@@ -28,13 +28,13 @@ from lookahead_sdk.scheduling.latency_model import (
     PiecewiseLinearTable,
     PrefillChunk,
     TokenOnlyModel,
-    load_profile,
     save_profile,
 )
 from lookahead_sdk.scheduling.profiles import (
     BUILTIN_PROFILES,
     H100_QWEN3_8B,
     H100_QWEN3_8B_ROOFLINE,
+    load_profile,
 )
 from lookahead_sdk.scheduling.requests import PriorityClass, RequestDescriptor
 

@@ -267,18 +267,11 @@ class TokenOnlyModel:
         return self.est_features_ms(batch.features)
 
 
-def load_profile(name_or_path: str | Path) -> LatencyProfile:
-    """A built-in profile by name (e.g. "h100-qwen3-8b") or a profile JSON file."""
-    from lookahead_sdk.scheduling.profiles import BUILTIN_PROFILES
-
-    if isinstance(name_or_path, str) and name_or_path in BUILTIN_PROFILES:
-        return BUILTIN_PROFILES[name_or_path]
-    path = Path(name_or_path)
+def read_profile_file(path: str | Path) -> LatencyProfile:
+    """A profile JSON file (built-in profiles by name: `profiles.load_profile`)."""
+    path = Path(path)
     if not path.is_file():
-        raise FileNotFoundError(
-            f"no latency profile at {str(path)!r}; pass a profile JSON file or one of the built-in "
-            f"names {sorted(BUILTIN_PROFILES)}"
-        )
+        raise FileNotFoundError(f"no latency profile file at {str(path)!r}")
     try:
         document = json.loads(path.read_text())
     except json.JSONDecodeError as error:

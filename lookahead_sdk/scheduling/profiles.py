@@ -2,7 +2,14 @@
 
 from __future__ import annotations
 
-from lookahead_sdk.scheduling.latency_model import LatencyProfile, PiecewiseLinearTable
+from pathlib import Path
+
+from lookahead_sdk.base.args import name_or_file
+from lookahead_sdk.scheduling.latency_model import (
+    LatencyProfile,
+    PiecewiseLinearTable,
+    read_profile_file,
+)
 
 # The SmoothAgent artifact's hard-coded H100 / Qwen3-8B numbers (REFERENCE.md section 1). The
 # artifact ships no calibration data, so this profile has no fitted token-only table.
@@ -89,3 +96,18 @@ H200_QWEN3_8B = LatencyProfile(
 BUILTIN_PROFILES: dict[str, LatencyProfile] = {
     profile.name: profile for profile in (H100_QWEN3_8B, H100_QWEN3_8B_ROOFLINE, H200_QWEN3_8B)
 }
+
+# The type of a `--profile` flag: a built-in name or a profile file, checked when parsed.
+latency_profile = name_or_file(BUILTIN_PROFILES, "latency profile")
+
+
+def load_profile(name_or_path: str | Path) -> LatencyProfile:
+    """A built-in profile by name (e.g. "h100-qwen3-8b") or a profile JSON file."""
+    if isinstance(name_or_path, str) and name_or_path in BUILTIN_PROFILES:
+        return BUILTIN_PROFILES[name_or_path]
+    if not Path(name_or_path).is_file():
+        raise FileNotFoundError(
+            f"no latency profile at {str(name_or_path)!r}; pass a profile JSON file or one of the "
+            f"built-in names {sorted(BUILTIN_PROFILES)}"
+        )
+    return read_profile_file(name_or_path)

@@ -8,10 +8,8 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Literal, get_args
 
-PriorityClass = Literal["lc", "be"]
-PRIORITY_CLASSES: tuple[str, ...] = get_args(PriorityClass)
+from lookahead_sdk.base.protocol import PRIORITY_CLASSES, PriorityClass
 
 
 @dataclass(frozen=True, slots=True)

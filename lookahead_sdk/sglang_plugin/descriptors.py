@@ -12,8 +12,8 @@ import time
 from collections.abc import Container
 from typing import Any
 
+from lookahead_sdk.base.protocol import RequestTags
 from lookahead_sdk.scheduling import RequestDescriptor
-from lookahead_sdk.sglang_plugin.wire import LookaheadTags, tags_from_custom_params
 
 
 def now_ms() -> float:
@@ -21,9 +21,12 @@ def now_ms() -> float:
     return time.perf_counter() * 1000.0
 
 
-def request_tags(req: Any) -> LookaheadTags:
+def request_tags(req: Any) -> RequestTags:
     """The tags of a scheduler-side request (ValueError if they are malformed)."""
-    return tags_from_custom_params(getattr(req.sampling_params, "custom_params", None))
+    custom_params = getattr(req.sampling_params, "custom_params", None)
+    if not custom_params:
+        return RequestTags()
+    return RequestTags.from_mapping(custom_params, where="custom_params")
 
 
 def prefill_split(req: Any) -> tuple[int, int]:
@@ -39,7 +42,7 @@ def prefill_split(req: Any) -> tuple[int, int]:
 
 def describe(
     req: Any,
-    tags: LookaheadTags,
+    tags: RequestTags,
     *,
     promoted_groups: Container[str],
     in_progress: bool = False,

@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import AsyncIterator, Mapping
 from typing import Any
 
-from lookahead_sdk.sglang_plugin.wire import TAG_FIELDS, merge_tag_fields
+from lookahead_sdk.base.protocol import TAG_FIELDS, merge_tag_fields
 
 
 async def tagged_generate_request(

@@ -16,10 +16,10 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 from weakref import WeakKeyDictionary
 
+from lookahead_sdk.base.protocol import RequestTags
 from lookahead_sdk.scheduling import AdmissionPolicy, AdmissionRound, RequestDescriptor
 from lookahead_sdk.sglang_plugin.descriptors import describe, now_ms, prefill_split, request_tags
 from lookahead_sdk.sglang_plugin.state import PluginState
-from lookahead_sdk.sglang_plugin.wire import LookaheadTags
 
 log = logging.getLogger(__name__)
 
@@ -125,7 +125,7 @@ def start_round(
     waiting_queue[:] = [by_rid[descriptor.rid] for descriptor in admission_round.ordered(queued)]
 
 
-def tags_or_default(state: PluginState, req: Any) -> LookaheadTags:
+def tags_or_default(state: PluginState, req: Any) -> RequestTags:
     """The tags of `req`; malformed ones (possible only when a request bypassed the ingress check)
     are counted and treated as none, so a bad request can never stop the scheduler."""
     try:
@@ -133,4 +133,4 @@ def tags_or_default(state: PluginState, req: Any) -> LookaheadTags:
     except (TypeError, ValueError) as error:
         state.stats.invalid_tags += 1
         log.warning("request %s: ignoring malformed lookahead tags: %s", req.rid, error)
-        return LookaheadTags()
+        return RequestTags()

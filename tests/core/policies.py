@@ -17,8 +17,8 @@ from lookahead_sdk import (
     TransformResult,
 )
 from lookahead_sdk.base.messages import Message
-from lookahead_sdk.client.warmers import WarmupResult
 from lookahead_sdk.core.state import LookaheadStatus
+from lookahead_sdk.core.warmer import Warmer, WarmupResult, WarmupSpend
 
 
 def digest(messages: Sequence[Message]) -> str:
@@ -89,21 +89,23 @@ async def misbehave(*, hang: bool, fail: bool) -> None:
         raise ConnectionError("engine unreachable")
 
 
-class RecordingWarmer:
+class RecordingWarmer(Warmer):
     def __init__(self, *, fail: bool = False, hang: bool = False) -> None:
         self.fail, self.hang = fail, hang
         self.warmed: list[list[Message]] = []
         self.closed = False
 
     async def warm(
-        self, messages: Sequence[Message], *, shape: RequestShape, open_last: bool = False
+        self,
+        messages: Sequence[Message],
+        *,
+        shape: RequestShape,
+        open_last: bool = False,
+        spend: WarmupSpend | None = None,
     ) -> WarmupResult:
         await misbehave(hang=self.hang, fail=self.fail)
         self.warmed.append(list(messages))
         return WarmupResult(prompt_tokens=10 * len(messages), cached_tokens=0, seconds=0.0)
-
-    async def promote(self, group_id: str) -> None:
-        return None
 
     async def aclose(self) -> None:
         self.closed = True

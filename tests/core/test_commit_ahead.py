@@ -161,8 +161,7 @@ def test_a_commit_decided_ahead_warms_the_model_turn_and_leaves_the_output_to_th
             async def segment(message: Message) -> int:
                 runtime.append(message)
                 await runtime.boundary()
-                while runtime._job is not None:  # let the background job finish
-                    await asyncio.wait({runtime._job})
+                await runtime.settle()  # let the background work finish
                 return len(warmer.warmed)
 
             for step in range(60):

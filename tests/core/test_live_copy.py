@@ -13,8 +13,8 @@ from hypothesis import strategies as st
 
 from lookahead_sdk import CommitKind, LookaheadRuntime, OffloadStore
 from lookahead_sdk.base.messages import Message, calls_tools
-from lookahead_sdk.client.warmers import RequestShape
 from lookahead_sdk.core.state import LookaheadState, LookaheadStatus, MainState
+from lookahead_sdk.core.warmer import RequestShape
 from lookahead_sdk.strategies import KeepRecent, Offload
 
 from .policies import RecordingWarmer, misbehave
@@ -26,6 +26,8 @@ LARGE = 400  # offloaded: the threshold is 300
 
 class CopyingWarmer(RecordingWarmer):
     """Records each live-context copy, and in `events` the order of copies and warm-ups."""
+
+    copies_live_context = True
 
     def __init__(self, *, fail_copy: bool = False, hang_copy: bool = False) -> None:
         super().__init__()
@@ -91,8 +93,7 @@ async def drive(
     async def segment(message: Message) -> None:
         runtime.append(message)
         await runtime.boundary()
-        while runtime._job is not None:
-            await asyncio.wait({runtime._job})
+        await runtime.settle()
 
     for step, size in enumerate(outputs):
         outcome = await runtime.commit()
@@ -189,9 +190,9 @@ def test_a_commit_does_not_wait_for_a_copy_in_flight(tmp_path: Path) -> None:
                 await runtime.boundary()  # the first starts the copy; the others wait for it
             runtime.append(tool_output(21, 120))
             await runtime.boundary()
-            assert runtime._job is not None and runtime.main.tokens >= HARD
+            assert runtime.busy and runtime.main.tokens >= HARD
             outcome = await asyncio.wait_for(runtime.commit(), timeout=5)
-            assert runtime._job is None
+            assert not runtime.busy
             return outcome.kind
 
     # No lookahead could start behind the hanging copy: the commit falls back at once.

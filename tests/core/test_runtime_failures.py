@@ -10,7 +10,7 @@ import pytest
 
 from lookahead_sdk import CommitKind, LookaheadRuntime, LookaheadStatus, RequestShape
 from lookahead_sdk.base.messages import Message
-from lookahead_sdk.client.warmers import WarmupResult, WarmupSpend
+from lookahead_sdk.core.warmer import WarmupResult, WarmupSpend
 
 from .policies import CountingPolicy, RecordingWarmer, drop_middle, user
 
@@ -30,8 +30,8 @@ async def drive_to_commit(runtime: LookaheadRuntime, *, settle: bool = True) -> 
     for i in range(6):
         runtime.append(user(f"a{i}"))
     await runtime.boundary()
-    if settle and runtime._job is not None:
-        await asyncio.wait({runtime._job})
+    if settle:
+        await runtime.settle()
     await asyncio.sleep(0.01)  # let a just-started lookahead begin running
     for i in range(3):
         runtime.append(user(f"b{i}"))
@@ -177,11 +177,11 @@ async def test_warmup_prefills_what_the_commit_will_send_including_the_suffix(
     for i in range(6):
         runtime.append(user(f"a{i}"))
     await runtime.boundary()
-    await asyncio.wait({runtime._job})
+    await runtime.settle()
     for step in range(2):
         runtime.append(user(f"b{step}"), user(f"c{step}"))
         await runtime.boundary()
-        await asyncio.wait({runtime._job})
+        await runtime.settle()
     runtime.append(user("last"))
     outcome = await runtime.commit()
     assert outcome.kind is CommitKind.HIT
@@ -195,9 +195,9 @@ async def test_close_cancels_a_running_lookahead_and_rejects_further_use(approx_
     policy = CountingPolicy(soft=5, hard=9, delays=[30.0])
     runtime = LookaheadRuntime(policy, messages=history(0), token_counter=approx_counter)
     await drive_to_commit(runtime, settle=False)
-    job = runtime._job
+    assert runtime.busy
     await runtime.aclose()
-    assert job is not None and job.cancelled()
+    assert not runtime.busy
     assert_no_tasks_left()
     with pytest.raises(RuntimeError, match="closed"):
         runtime.append(user("late"))
@@ -239,12 +239,18 @@ class FinishingWarmer(RecordingWarmer):
         self.chunks_done = 0
         self.finish_calls: list[str] = []
 
-    def finish_warm_up(self, program_id: str) -> None:
+    def finish_warm_up(self, program_id: str) -> bool:
         self.finish_calls.append(program_id)
         self.finishing = True
+        return True
 
     async def warm(
-        self, messages: Sequence[Message], *, shape: RequestShape, open_last: bool = False
+        self,
+        messages: Sequence[Message],
+        *,
+        shape: RequestShape,
+        open_last: bool = False,
+        spend: WarmupSpend | None = None,
     ) -> WarmupResult:
         self.finishing = False
         for _ in range(100):

@@ -55,8 +55,7 @@ async def run_scenario(
             if name == "step":
                 await runtime.boundary()
         elif name == "settle":
-            if runtime._job is not None:
-                await asyncio.wait({runtime._job})
+            await runtime.settle()
         elif name == "boundary":
             await runtime.boundary()
         elif name == "model_turn":  # a turn with a tool call: a commit may be decided ahead
@@ -136,9 +135,7 @@ def test_append_only_histories_always_hit_once_the_lookahead_is_ready(
             for count in appends_between:
                 runtime.append(*[user(f"x{i}") for i in range(count + 1)])
                 await runtime.boundary()
-                job = runtime._job
-                if job is not None:
-                    await job
+                await runtime.settle()
                 outcome = await runtime.commit()
                 # A boundary that already crosses the hard limit starts nothing (the commit right
                 # after it does the work itself): that fallback had no lookahead to throw away.

@@ -1,6 +1,5 @@
 from __future__ import annotations
 
-import asyncio
 import json
 import threading
 import time
@@ -48,7 +47,7 @@ async def test_state_round_trip_keeps_a_ready_lookahead_committable(approx_count
     )
     first.append(*[user(f"a{i}") for i in range(5)])
     await first.boundary()
-    await asyncio.wait({first._job})
+    await first.settle()
     saved = json.loads(json.dumps(first.save_state()))  # JSON-safe
     await first.aclose()
 
@@ -68,7 +67,7 @@ async def test_restored_result_is_not_committed_onto_a_different_history(approx_
     first = LookaheadRuntime(policy, messages=[user("t")], token_counter=approx_counter)
     first.append(*[user(f"a{i}") for i in range(5)])
     await first.boundary()
-    await asyncio.wait({first._job})
+    await first.settle()
     saved = first.save_state()
     await first.aclose()
     saved["messages"][2] = user("tampered")

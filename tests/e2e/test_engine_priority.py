@@ -16,6 +16,7 @@ from typing import Any
 import httpx
 import pytest
 
+from lookahead_sdk.base.protocol import RequestTags
 from lookahead_sdk.engine.config import DEFAULT_BATCH_TOKENS as BATCH_TOKENS
 from lookahead_sdk.engine.server import EngineHandle
 
@@ -51,9 +52,9 @@ async def race(
         start = time.monotonic()
 
         async def first_token_at(slot: int, words: int, priority_class: str) -> float:
-            await complete(
-                client, handle, prompt_of(words), id_slot=slot, priority_class=priority_class
-            )
+            # The tags as the SDK's transport writes them: the engine must read these names.
+            tags = RequestTags(program_id=f"race-{slot}", priority_class=priority_class)
+            await complete(client, handle, prompt_of(words), id_slot=slot, **tags.to_body())
             return time.monotonic() - start
 
         earlier = asyncio.create_task(first_token_at(0, *first))
@@ -108,13 +109,24 @@ async def test_a_prompt_ending_in_a_batch_does_not_wait_for_other_prompts_tokens
 
         short_tokens = BATCH_TOKENS + 8
         await first_token_s("warm up", 3)
-        alone = await first_token_s(await tokens_of(prompt_of(200), short_tokens), 2)
-        short = asyncio.create_task(first_token_s(await tokens_of(prompt_of(200), short_tokens), 0))
-        await asyncio.sleep(0.05)  # the long prompt arrives while the short one's first batch runs
-        long = asyncio.create_task(first_token_s(prompt_of(700), 1))
-        beside_a_long_one = await short
-        await long
-    assert beside_a_long_one < 1.35 * alone, (beside_a_long_one, alone)
+
+        async def beside_a_long_one() -> float:
+            short = asyncio.create_task(
+                first_token_s(await tokens_of(prompt_of(200), short_tokens), 0)
+            )
+            await asyncio.sleep(0.05)  # the long one arrives while the short one's first batch runs
+            long = asyncio.create_task(first_token_s(prompt_of(700), 1))
+            seconds = await short
+            await long
+            return seconds
+
+        # Best of three of each, interleaved: another process taking the CPU can only make a
+        # run slower, while the behaviour tested makes every run beside a long prompt ~2x.
+        alone, beside = [], []
+        for _ in range(3):
+            alone.append(await first_token_s(await tokens_of(prompt_of(200), short_tokens), 2))
+            beside.append(await beside_a_long_one())
+    assert min(beside) < 1.35 * min(alone), (beside, alone)
 
 
 async def test_a_request_for_a_busy_slot_waits_and_leaves_the_running_one_intact(

@@ -10,14 +10,12 @@ from contextlib import asynccontextmanager
 import httpx
 import pytest
 
-from lookahead_sdk import LlamaCppWarmer, RequestTags, use_tags
+from lookahead_sdk import Endpoint, LlamaCppWarmer, RequestTags, ServerSession, use_tags
 from lookahead_sdk.agent.workload import corpus_root
-from lookahead_sdk.base.completion import ChatClient
+from lookahead_sdk.base.completion import OpenAICompletionClient
 from lookahead_sdk.base.tokens import auto_token_counter
-from lookahead_sdk.client.llamacpp_slots import SLOT_PAIRS
-from lookahead_sdk.client.slack import SlackGate
-from lookahead_sdk.client.warmers import RequestShape
 from lookahead_sdk.core.state import MainState
+from lookahead_sdk.core.warmer import RequestShape
 
 pytestmark = pytest.mark.engine
 
@@ -41,11 +39,12 @@ def live_and_rewritten(program_id: str) -> tuple[list[dict], list[dict]]:
 @asynccontextmanager
 async def program_on_engine(
     base_url: str, program_id: str
-) -> AsyncIterator[tuple[LlamaCppWarmer, ChatClient]]:
+) -> AsyncIterator[tuple[LlamaCppWarmer, OpenAICompletionClient]]:
     """A gated warmer with `program_id` attached (its slot pair), and a foreground client."""
-    warmer = LlamaCppWarmer(base_url, gate=SlackGate(base_url))
+    session = await ServerSession.connect(base_url)
+    warmer = LlamaCppWarmer(session, gate=session.gate())
     warmer.attach(program_id)
-    llm = ChatClient(base_url, wire="llamacpp")
+    llm = Endpoint.from_session(session, emulate_tool_calls=False).chat_client()
     try:
         yield warmer, llm
     finally:
@@ -88,7 +87,8 @@ async def test_a_warm_up_starts_from_a_copy_of_the_live_slot(embedded_engine) ->
 async def test_a_server_without_slot_copies_still_warms(embedded_engine) -> None:
     """An engine started without --slot-save-path refuses the copy: the warm-up goes on cold."""
     base_url = embedded_engine.base_url
-    warmer = LlamaCppWarmer(base_url, gate=SlackGate(base_url))
+    session = await ServerSession.connect(base_url)
+    warmer = LlamaCppWarmer(session, gate=session.gate())
     warmer.attach("seed-refused")
     try:
         original = warmer._post
@@ -107,7 +107,7 @@ async def test_a_server_without_slot_copies_still_warms(embedded_engine) -> None
         with use_tags(RequestTags("seed-refused").lookahead("seed-refused:g")):
             result = await warmer.warm(rewritten, shape=RequestShape())
         assert result.prompt_tokens > 0 and not warmer.slot_copies
-        assert SLOT_PAIRS.pair(warmer.origin, "seed-refused") is not None
+        assert session.slots is not None and session.slots.pair("seed-refused") is not None
     finally:
         warmer.detach("seed-refused")
         await warmer.aclose()

@@ -147,23 +147,3 @@ def test_install_of_an_incomplete_build_changes_nothing(isolated_cache: Path) ->
     with pytest.raises(BuildError, match=build.QUANTIZE_BINARY):
         build._install_atomically(built)
     assert not paths.bin_dir().exists()
-
-
-def test_cmake_commands_disable_the_ui_and_build_both_targets_in_release() -> None:
-    tools = build.BuildTools(cmake="cmake", c_compiler="cc", cxx_compiler="c++", generator="Ninja")
-    configure = build.configure_command(tools, Path("src"), Path("out"))
-    required = {
-        "-DCMAKE_BUILD_TYPE=Release",
-        "-DLLAMA_USE_PREBUILT_UI=OFF",
-        "-DLLAMA_BUILD_UI=OFF",
-        "-DLLAMA_BUILD_TESTS=OFF",
-        "-DLLAMA_BUILD_EXAMPLES=OFF",
-        "-DLLAMA_OPENSSL=OFF",
-        "-DBUILD_SHARED_LIBS=OFF",
-    }
-    assert required <= set(configure)
-    assert configure[configure.index("-G") + 1] == "Ninja"
-    compile_ = build.build_command(tools, Path("out"))
-    targets = compile_[compile_.index("--target") + 1 : compile_.index("-j")]
-    assert targets == [build.SERVER_BINARY, build.QUANTIZE_BINARY]
-    assert int(compile_[compile_.index("-j") + 1]) == (os.cpu_count() or 1)

@@ -54,17 +54,12 @@ def test_two_edits_of_one_file_build_on_each_other(tmp_path: Path) -> None:
     assert (tree / "a.cpp").read_text() == "int a = 3;\n"
 
 
-def test_changing_an_edit_changes_where_the_binaries_are_cached() -> None:
+def test_changing_an_edit_or_a_build_flag_changes_where_the_binaries_are_cached() -> None:
+    from lookahead_sdk.engine.build_id import BUILD_ID, CMAKE_FLAGS, build_id
+
     changed = replace(patches.EDITS[-1], new=patches.EDITS[-1].new + "// more\n")
-    assert patch_id((*patches.EDITS[:-1], changed)) != patches.PATCH_ID
-    assert paths.bin_dir().name == f"bin-{patches.PATCH_ID}"
-
-
-def test_the_edits_tag_the_request_field_the_transport_sends() -> None:
-    # The engine reads "priority_class" with "be" for best-effort: the transport's wire names.
-    from lookahead_sdk.base.tags import RequestTags
-
-    body = RequestTags(program_id="p").lookahead("g").to_body()
-    assert body["priority_class"] == "be"
-    parse = next(edit for edit in patches.EDITS if edit.name == "parse priority_class")
-    assert '"priority_class"' in parse.new and '== "be"' in parse.new
+    changed_patch = patch_id((*patches.EDITS[:-1], changed))
+    assert changed_patch != patches.PATCH_ID
+    assert build_id(changed_patch, CMAKE_FLAGS) != BUILD_ID
+    assert build_id(patches.PATCH_ID, CMAKE_FLAGS[:-1]) != BUILD_ID
+    assert paths.bin_dir().name == f"bin-{BUILD_ID}"

@@ -9,6 +9,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from lookahead_sdk.base.args import CommandParser
 from lookahead_sdk.cli import scheduling as scheduling_cli
 from lookahead_sdk.scheduling import (
     BatchShape,
@@ -244,7 +245,7 @@ def test_calibrate_command_writes_a_loadable_profile_and_report(tmp_path, capsys
         [
             "calibrate",
             "--profile-data", str(data_path),
-            "--out", str(out),
+            "--save-profile", str(out),
             "--heldout-frac", "0.25",
             "--report-json", str(report),
         ]
@@ -258,11 +259,15 @@ def test_calibrate_command_writes_a_loadable_profile_and_report(tmp_path, capsys
     assert "context-aware" in capsys.readouterr().out
 
 
-def test_measurement_plan_flags_are_validated() -> None:
-    assert scheduling_cli._positive_ints("--new-tokens", "16, 64,512") == (16, 64, 512)
+def test_measurement_plan_flags_are_validated(tmp_path, capsys) -> None:
+    parser = CommandParser(prog="lookahead-sdk")
+    scheduling_cli.register(parser.add_subparsers())
+    base = ["calibrate", "--measure-embedded", "--save-profile", str(tmp_path / "p.json")]
+    assert parser.parse_args([*base, "--new-tokens", "16, 64,512"]).new_tokens == (16, 64, 512)
     for bad in ("", "16,0", "16,x"):
-        with pytest.raises(ValueError, match="--new-tokens"):
-            scheduling_cli._positive_ints("--new-tokens", bad)
+        with pytest.raises(SystemExit) as exit:
+            parser.parse_args([*base, "--new-tokens", bad])
+        assert exit.value.code == 2 and "--new-tokens" in capsys.readouterr().err
 
 
 def test_builtin_h200_profile_is_the_fit_of_the_committed_gpu_measurements() -> None:

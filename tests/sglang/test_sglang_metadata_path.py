@@ -28,9 +28,10 @@ from sglang.srt.sampling.sampling_params import SamplingParams
 from sglang_chat import make_chat_serving, make_tokenizer_manager
 from starlette.requests import Request
 
+from lookahead_sdk.base.protocol import TAG_FIELDS, merge_tag_fields
+from lookahead_sdk.base.protocol import RequestTags as LookaheadTags
 from lookahead_sdk.sglang_plugin.descriptors import describe, request_tags
 from lookahead_sdk.sglang_plugin.ingress import attach_tags, json_body, tagged_generate_request
-from lookahead_sdk.sglang_plugin.wire import TAG_FIELDS, LookaheadTags, merge_tag_fields
 
 MESSAGES = [
     {"role": "system", "content": "you are a helpful agent"},
@@ -216,19 +217,21 @@ async def test_tokenize_endpoint_gives_the_chat_prompt_ids() -> None:
     assert len(prefix) < len(with_prompt) and with_prompt[: len(prefix)] == prefix
 
 
+# Ids travel in a header too: printable ASCII (base.protocol.check_id).
+ids = st.text(st.characters(min_codepoint=0x21, max_codepoint=0x7E), min_size=1, max_size=8)
 tag_values = st.fixed_dictionaries(
     {},
     optional={
         "priority_class": st.sampled_from(["lc", "be"]),
-        "program_id": st.text(min_size=1, max_size=8),
+        "program_id": ids,
         "commit_deadline_ms": st.integers(0, 10**7),
         "slo_ttft_ms": st.floats(0, 1e6),
-        "promote_group_id": st.text(min_size=1, max_size=8),
+        "promote_group_id": ids,
     },
 )
 
 
-@given(tag_values, st.booleans(), st.text(min_size=1, max_size=8))
+@given(tag_values, st.booleans(), ids)
 def test_tags_survive_the_custom_params_round_trip(
     fields: dict[str, Any], is_lookahead: bool, group: str
 ) -> None:

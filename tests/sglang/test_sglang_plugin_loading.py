@@ -105,7 +105,7 @@ def test_launch_plan_enables_the_plugin_and_keeps_user_flags(
 ) -> None:
     monkeypatch.setenv("SGLANG_PLUGINS", "vendor_plugin")
     args = _launch_args(
-        "--dry-run", "--policy", "hybrid", "--tbt-ms", "40", "--",
+        "--dry-run", "--policy", "hybrid", "--tbt-bound-ms", "40", "--",
         "--model-path", "Qwen/Qwen3-8B", "--default-priority-value=5",
     )  # fmt: skip
     assert launch_cli.run_launch(args) == 0

@@ -63,6 +63,7 @@ def stub_reply(body: dict[str, Any]) -> Response:
 class RecordingProxy:
     upstream: str | None = None
     requests: list[RecordedRequest] = field(default_factory=list)
+    props: dict[str, Any] | None = None  # stub mode: what GET /props answers (404 if None)
 
     def __post_init__(self) -> None:
         self.port = free_port()
@@ -87,6 +88,8 @@ class RecordingProxy:
         if self.upstream is None:
             if path.endswith("chat/completions"):
                 return stub_reply(body)
+            if path == "props":
+                return JSONResponse(self.props or {}, status_code=200 if self.props else 404)
             return JSONResponse({"ok": True})
         client = httpx.AsyncClient(timeout=600)
         upstream_request = client.build_request(

@@ -7,15 +7,15 @@ import asyncio
 from collections.abc import Sequence
 from typing import Any
 
-from lookahead_sdk import CommitKind
+from lookahead_sdk import CommitKind, RuntimeConfig
 from lookahead_sdk.agent.loop import ReferenceAgent
 from lookahead_sdk.agent.workload import Delegation, PlannedCall
-from lookahead_sdk.base.completion import ChatResult
+from lookahead_sdk.base.completion import ChatResult, Completion
 from lookahead_sdk.base.messages import Message
 from lookahead_sdk.base.tools import Tool, ToolRegistry
 from lookahead_sdk.strategies import Isolate, KeepRecent
 
-from .policies import RecordingWarmer
+from ..core.policies import RecordingWarmer
 
 STEPS = 12
 
@@ -27,6 +27,9 @@ class ScriptedLLM:
 
     def __init__(self) -> None:
         self.prompts: list[list[Message]] = []
+
+    async def complete(self, messages: Sequence[Message], **_: Any) -> Completion:
+        return Completion("summary")
 
     async def chat(self, messages: Sequence[Message], **_: Any) -> ChatResult:
         self.prompts.append(list(messages))
@@ -50,9 +53,7 @@ async def test_model_turn_is_warmed_while_its_tools_run(approx_counter) -> None:
         llm,  # type: ignore[arg-type]
         ToolRegistry([tool]),
         policy=KeepRecent(budget=400, lookahead_at=700, hard_limit=1200),
-        warmer=warmer,
-        token_counter=approx_counter,
-        window_tokens=4096,
+        config=RuntimeConfig(warmer=warmer, token_counter=approx_counter, window_tokens=4096),
     )
     plan = [PlannedCall("probe", {"part": step}) for step in range(STEPS)]
     run = await agent.run("system", "task", plan=plan)
@@ -89,9 +90,7 @@ async def test_a_delegation_warms_the_subagent_before_its_instruction_streams(
         SilentLLM(),  # type: ignore[arg-type]
         ToolRegistry([]),
         policy=Isolate(subagent_system=handover),
-        warmer=warmer,
-        token_counter=approx_counter,
-        window_tokens=4096,
+        config=RuntimeConfig(warmer=warmer, token_counter=approx_counter, window_tokens=4096),
     )
     plan = [Delegation("m.py", "Delegate the review of m.py.", handover, ())]
     run = await agent.run("system", "task", plan=plan)

@@ -1,0 +1,244 @@
+"""Client-side slack admission and llama.cpp slot placement, over real HTTP to a stub server."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+from openai import AsyncOpenAI
+
+from lookahead_sdk import RequestTags, ServerSession, use_tags
+from lookahead_sdk.base.tags import BackgroundWork, doing
+from lookahead_sdk.client.llamacpp_slots import SlotPairs
+from lookahead_sdk.client.session import ServerFacts
+from lookahead_sdk.client.slack import ForegroundRegistry, SlackGate
+
+from ..support.recording_proxy import RecordingProxy
+
+
+@pytest.fixture
+def stub_server():
+    with RecordingProxy() as server:
+        yield server
+
+
+async def test_foreground_requests_are_counted_until_their_stream_closes(
+    stub_server: RecordingProxy,
+) -> None:
+    session = ServerSession(stub_server.url)
+    foreground = session.foreground
+    client = AsyncOpenAI(
+        base_url=f"{stub_server.url}/v1", api_key="x", http_client=session.async_http_client()
+    )
+    with use_tags(RequestTags("p")):
+        stream = await client.chat.completions.create(
+            model="m", messages=[{"role": "user", "content": "hi"}], stream=True
+        )
+        assert (foreground.inflight, foreground.prefilling) == (1, 1)  # no token yet
+        chunks = stream.__aiter__()
+        await chunks.__anext__()
+        assert (foreground.inflight, foreground.prefilling) == (1, 0)  # decoding
+        async for _ in chunks:
+            pass
+    assert (foreground.inflight, foreground.prefilling) == (0, 0)
+    with use_tags(RequestTags("p").lookahead("g")):  # best-effort work is never foreground
+        await client.chat.completions.create(
+            model="m", messages=[{"role": "user", "content": "hi"}]
+        )
+        assert foreground.inflight == 0
+    await client.close()
+
+
+async def test_two_sessions_never_see_each_others_requests(stub_server: RecordingProxy) -> None:
+    """No process-wide registry: a session counts only the requests of its own clients."""
+    mine, other = ServerSession(stub_server.url), ServerSession(stub_server.url)
+    client = mine.async_http_client()
+    try:
+        with use_tags(RequestTags("p")):
+            async with client.stream(
+                "POST", f"{stub_server.url}/v1/chat/completions", json={"stream": True}
+            ) as response:
+                assert (mine.foreground.inflight, other.foreground.inflight) == (1, 0)
+                await response.aread()
+    finally:
+        await client.aclose()
+    assert mine.foreground.inflight == 0
+
+
+async def test_idle_gate_holds_best_effort_work_until_the_foreground_is_done() -> None:
+    registry = ForegroundRegistry()
+    gate = SlackGate(registry, admit="idle", poll_s=0.005)
+    held = registry.begin()
+    with use_tags(RequestTags("p").lookahead("g")):
+        waiter = asyncio.create_task(gate.wait())
+        await asyncio.sleep(0.05)
+        held.first_token()  # a decoding request still holds an "idle" gate
+        await asyncio.sleep(0.02)
+        assert not waiter.done()
+        held.end()
+        assert await waiter >= 0.06
+    with use_tags(RequestTags("p")):  # latency-critical callers never wait
+        registry.begin()
+        assert await gate.wait() == 0.0
+
+
+async def test_decode_admission_opens_once_no_foreground_request_waits_for_its_first_token() -> (
+    None
+):
+    registry = ForegroundRegistry()
+    gate = SlackGate(registry, admit="decode", poll_s=0.005)
+    decoding, prefilling = registry.begin(), registry.begin()
+    decoding.first_token()
+    with use_tags(RequestTags("p").lookahead("g")):
+        waiter = asyncio.create_task(gate.wait())
+        await asyncio.sleep(0.03)
+        assert not waiter.done()  # one request still waits for its first token
+        prefilling.end()  # ended before any token (e.g. an error): no longer waiting either
+        await asyncio.wait_for(waiter, 1)
+    assert (registry.inflight, registry.prefilling) == (1, 0)
+    decoding.first_token(), decoding.end(), decoding.end(), prefilling.first_token()
+    assert (registry.inflight, registry.prefilling) == (0, 0)
+
+
+def test_gate_rejects_an_unknown_admission_rule_and_a_foreign_registry() -> None:
+    with pytest.raises(ValueError, match="admit must be one of"):
+        SlackGate(ForegroundRegistry(), admit="always")  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match=r"session\.gate"):
+        SlackGate("http://engine:1")  # type: ignore[arg-type]
+
+
+async def test_promotion_releases_the_waiting_work_of_that_lookahead_only() -> None:
+    registry = ForegroundRegistry()
+    gate = SlackGate(registry, poll_s=0.005)
+    registry.begin()
+    first, second = BackgroundWork("g1"), BackgroundWork("g2")
+
+    async def wait_as(work: BackgroundWork) -> float:
+        with use_tags(RequestTags("p").lookahead(work.group_id)), doing(work):
+            return await gate.wait()
+
+    promoted, other = asyncio.create_task(wait_as(first)), asyncio.create_task(wait_as(second))
+    await asyncio.sleep(0.02)
+    first.promoted = True
+    await asyncio.wait_for(promoted, 1)
+    assert not other.done()
+    other.cancel()
+
+
+async def test_a_waiter_that_no_longer_wants_to_send_leaves_a_closed_gate() -> None:
+    registry = ForegroundRegistry()
+    gate = SlackGate(registry, poll_s=0.005)
+    registry.begin()  # a foreground prefill holds the gate closed
+    stop = False
+    with use_tags(RequestTags("p").lookahead("g")):
+        waiter = asyncio.create_task(gate.wait(until=lambda: stop))
+        await asyncio.sleep(0.03)
+        assert not waiter.done()
+        stop = True
+        await asyncio.wait_for(waiter, 1)
+    assert registry.prefilling == 1  # it left without slack
+
+
+def test_slot_pairs_pin_foreground_and_lookahead_and_swap_on_commit() -> None:
+    pairs = SlotPairs(5)
+    first, second = pairs.enroll("a"), pairs.enroll("b")
+    assert first is not None and second is not None
+    assert pairs.enroll("c") is None  # 5 slots hold two pairs only
+    assert {first.current, first.branch}.isdisjoint({second.current, second.branch})
+    live, branch = RequestTags("a"), RequestTags("a").lookahead("g")
+    current = pairs.slot_for(live)
+    assert pairs.slot_for(branch) != current
+    # A lookahead request extending the live context (a summary) runs where it is cached.
+    assert pairs.slot_for(branch.extending_live_context()) == current
+    assert "extends_live_context" not in branch.extending_live_context().to_body()
+    pairs.swap("a")
+    assert pairs.slot_for(branch) == current
+    assert pairs.slot_for(RequestTags("a/sub1")) is None  # not handed over: server's choice
+    pairs.release("a")
+    assert pairs.enroll("c") is not None
+
+
+def test_a_spawned_sub_agent_runs_in_the_slot_its_context_was_warmed_in() -> None:
+    pairs = SlotPairs(4)
+    pair = pairs.enroll("a")
+    assert pair is not None
+    warmed = pairs.slot_for(RequestTags("a").lookahead("g"))
+    live = pairs.slot_for(RequestTags("a"))
+    assert pairs.hand_over("a", "a/sub1")
+    assert pairs.slot_for(RequestTags("a/sub1")) == warmed
+    assert pairs.slot_for(RequestTags("a")) == live  # the program keeps its context
+    new_branch = pairs.slot_for(RequestTags("a").lookahead("g2"))
+    assert new_branch not in (warmed, live)  # and warms its next lookahead elsewhere
+    assert pairs.hand_over("a", "a/sub2")  # the fourth slot
+    assert not pairs.hand_over("a", "a/sub3")  # no free slot left: nothing changes
+    assert pairs.slot_for(RequestTags("a/sub3")) is None
+    pairs.release("a/sub1")
+    assert pairs.hand_over("a", "a/sub3")  # its slot is free again
+
+
+async def test_llamacpp_wire_adds_the_slot(stub_server: RecordingProxy) -> None:
+    session = ServerSession(
+        stub_server.url, wire="llamacpp", facts=ServerFacts(llamacpp=True, total_slots=4)
+    )
+    assert session.slots is not None
+    session.slots.enroll("prog")
+    client = session.async_http_client()
+    try:
+        with use_tags(RequestTags("prog")):
+            await client.post(f"{stub_server.url}/v1/chat/completions", json={"messages": []})
+        with use_tags(RequestTags("prog").lookahead("g")):
+            await client.post(f"{stub_server.url}/completion", json={"prompt": "x"})
+    finally:
+        await client.aclose()
+    foreground, warmup = (r.body for r in stub_server.requests)
+    assert isinstance(foreground["id_slot"], int) and isinstance(warmup["id_slot"], int)
+    assert foreground["id_slot"] != warmup["id_slot"]
+
+
+@pytest.mark.parametrize(("live_share", "swapped"), [(0.5, True), (0.95, False)])
+def test_a_commit_runs_in_the_slot_holding_more_of_its_context(
+    stub_server: RecordingProxy, live_share: float, swapped: bool
+) -> None:
+    from lookahead_sdk import LlamaCppWarmer
+    from lookahead_sdk.client.warmers import BranchSlot
+
+    session = ServerSession(
+        stub_server.url, wire="llamacpp", facts=ServerFacts(llamacpp=True, total_slots=4)
+    )
+    assert session.slots is not None
+    warmer = LlamaCppWarmer(session)
+    warmer.attach("p")
+    before = session.slots.pair("p")
+    warmer._branches["p"] = BranchSlot(ids=[7] * 90, prompt_tokens=100)
+    warmer.committed("p", replaced=True, live_prefix_share=live_share)
+    after = session.slots.pair("p")
+    assert before is not None and after is not None
+    assert (after.current == before.branch) is swapped
+    warmer.detach("p")
+    assert session.slots.pair("p") is None
+
+
+async def test_a_warmer_connected_to_a_llamacpp_server_learns_its_slots_without_blocking(
+    stub_server: RecordingProxy,
+) -> None:
+    from lookahead_sdk import LlamaCppWarmer
+
+    stub_server.props = {"total_slots": 6, "default_generation_settings": {"n_ctx": 4096}}
+    unprobed = LlamaCppWarmer(stub_server.url)  # a constructor makes no request
+    assert unprobed.session.slots is None and stub_server.requests == []
+    warmer = await LlamaCppWarmer.connect(stub_server.url)
+    assert warmer.session.slots is not None and warmer.session.slots.total_slots == 6
+    assert warmer.session.facts.window_tokens == 4096
+    await warmer.aclose()
+    await unprobed.aclose()
+
+
+def test_shared_prefix_share_is_the_cached_part_in_tokens(approx_counter) -> None:
+    from lookahead_sdk.core.state import MainState
+
+    live = [{"role": "user", "content": "a " * 300}, {"role": "assistant", "content": "b " * 100}]
+    state = MainState(live, token_counter=approx_counter)
+    assert state.shared_prefix_share(live) == 1.0
+    rewritten = [live[0], {"role": "assistant", "content": "c " * 100}]
+    assert 0.6 < state.shared_prefix_share(rewritten) < 0.9
+    assert state.shared_prefix_share([{"role": "user", "content": "x"}]) == 0.0
