@@ -15,15 +15,40 @@ import platform
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import httpx
+from rich.console import Console
+from rich.table import Table
 
 from lookahead_sdk.agent.driver import STRATEGIES, RunResult, run_agents
 from lookahead_sdk.agent.loop import TurnRecord
 from lookahead_sdk.agent.workload import DEFAULT_LARGE_OUTPUT_EVERY, default_read_tokens
-from lookahead_sdk.bench.common import new_figure, percentile, progress, save_figure, write_json
+from lookahead_sdk.base.args import (
+    add_renamed,
+    comma_list,
+    http_url,
+    non_negative_float,
+    non_negative_int,
+    one_of,
+    output_file,
+    port,
+    positive_int,
+    positive_int_range,
+)
+from lookahead_sdk.bench.common import (
+    compact_table,
+    new_figure,
+    percentile,
+    progress,
+    save_figure,
+    write_json,
+)
 from lookahead_sdk.client.slack import DEFAULT_GATE_ADMISSION, GATE_ADMISSIONS, GateAdmission
+from lookahead_sdk.errors import ConfigurationError
+
+if TYPE_CHECKING:
+    from lookahead_sdk.engine.errors import EngineExitedError
 
 MODES = ("sync", "lookahead")
 # Mean time a tool call takes to come back (the workload draws 0.5x-1.5x of it per call): a
@@ -102,6 +127,10 @@ class EmbeddedEngine:
             stop_engine(self.config.port)
             self.handle = None
 
+    def exit_error(self) -> EngineExitedError | None:
+        """The error saying the engine stopped (naming its log) if it has exited, else None."""
+        return self.handle.exit_error() if self.handle is not None else None
+
 
 def server_facts(base_url: str) -> dict[str, Any]:
     """Model name and per-slot context from the server, where it says."""
@@ -150,7 +179,9 @@ async def run_ttft_bench(
         facts = server_facts(base_url)
         window = config.window_tokens or facts["window_tokens"]
         if window is None:
-            raise ValueError("the server does not report its context window: pass --window TOKENS")
+            raise ConfigurationError(
+                "the server does not report its context window: pass --window-tokens N"
+            )
         warmer = config.warmer or (
             "llamacpp" if engine or "llama.cpp" in facts["engine"] else "openai"
         )
@@ -202,23 +233,15 @@ async def run_ttft_bench(
             if engine is not None and strategy != config.strategies[-1]:
                 base_url = engine.restart()
         return document
+    except Exception as error:
+        # A dead engine surfaces as whatever request noticed first (a dropped connection); say
+        # what happened instead.
+        if engine is not None and (stopped := engine.exit_error()) is not None:
+            raise stopped from error
+        raise
     finally:
         if engine is not None:
             engine.stop()
-
-
-def token_range(text: str) -> tuple[int, int]:
-    try:
-        low, high = (int(part) for part in text.split(","))
-    except ValueError:
-        raise argparse.ArgumentTypeError(
-            f"--tool-output-tokens must be LOW,HIGH integers such as 600,650, got {text!r}"
-        ) from None
-    if not 0 < low <= high:
-        raise argparse.ArgumentTypeError(
-            f"--tool-output-tokens needs 0 < LOW <= HIGH, got {low},{high}"
-        )
-    return low, high
 
 
 def p50(values: Sequence[float]) -> float:
@@ -267,6 +290,7 @@ def summary_rows(document: dict[str, Any]) -> list[dict[str, Any]]:
                 else float("nan"),
                 "transform_vs_same_size_normal": transform_vs_same_size_normal(look),
                 "transform_turns": look["transform_turns"],
+                "hits": look["lookahead_hits"],
                 "hit_rate": look["lookahead_hits"] / look["transform_turns"]
                 if look["transform_turns"]
                 else float("nan"),
@@ -281,51 +305,68 @@ def summary_rows(document: dict[str, Any]) -> list[dict[str, Any]]:
     return rows
 
 
-def print_table(document: dict[str, Any]) -> None:
-    from rich.console import Console
-    from rich.table import Table
+TTFT_LEGEND = (
+    "T: transform turn (a commit or a synchronous transform), N: normal turn; p50 TTFT. "
+    "cut: 1 - look T / sync T. T/N: look T / look N; T/N~: against normal turns that brought "
+    "as many new tokens. hits: commits a ready lookahead served, of all transform turns. "
+    "extra: prompt tokens of lookahead work; net: prefilled tokens vs sync; wasted: lookahead "
+    "work thrown away. Every figure in full: the JSON."
+)
 
-    table = Table(
-        title=f"Transform-turn TTFT, {document['agents']} agent(s), {document['steps']} steps, {document['model']}"
-    )
-    for column in (
-        "strategy",
-        "sync T p50",
-        "lookahead T p50",
-        "reduction",
-        "sync N p50",
-        "lookahead N p50",
-        "T/N",
-        "T/N same size",
-        "hits",
-        "stale",
-        "fallbacks",
-        "extra tok",
-        "net extra tok",
-    ):
-        table.add_column(column, justify="right")
+
+def summary_tables(document: dict[str, Any]) -> list[Table]:
+    """The summary in two tables that fit 80 columns (TTFT_LEGEND explains the headers)."""
     rows = summary_rows(document)
+    ttft = compact_table(
+        f"Transform-turn TTFT, {document['agents']} agent(s), {document['steps']} steps, "
+        f"{document['model']}",
+        ("strategy", "sync T", "look T", "cut", "sync N", "look N", "T/N", "T/N~"),
+    )
+    work = compact_table(
+        "Lookahead work (lookahead runs)",
+        ("strategy", "hits", "stale", "fallbacks", "extra tok", "net tok", "wasted tok"),
+    )
     for row in rows:
-        table.add_row(
+        ttft.add_row(
             row["strategy"],
-            f"{row['sync_transform_p50_s']:.2f}s",
-            f"{row['lookahead_transform_p50_s']:.2f}s",
-            f"{row['reduction']:.0%}",
-            f"{row['sync_normal_p50_s']:.2f}s",
-            f"{row['lookahead_normal_p50_s']:.2f}s",
-            f"{row['transform_vs_normal']:.2f}x",
-            "-"
-            if math.isnan(row["transform_vs_same_size_normal"])
-            else f"{row['transform_vs_same_size_normal']:.2f}x",
-            f"{row['hit_rate']:.0%} of {row['transform_turns']}",
+            _seconds(row["sync_transform_p50_s"]),
+            _seconds(row["lookahead_transform_p50_s"]),
+            _share(row["reduction"]),
+            _seconds(row["sync_normal_p50_s"]),
+            _seconds(row["lookahead_normal_p50_s"]),
+            _times(row["transform_vs_normal"]),
+            _times(row["transform_vs_same_size_normal"]),
+        )
+        work.add_row(
+            row["strategy"],
+            f"{row['hits']}/{row['transform_turns']}",
             str(row["stale"]),
             str(row["fallbacks"]),
             str(row["extra_prompt_tokens"]),
             str(row["net_extra_prompt_tokens"]),
+            str(row["wasted_prompt_tokens"]),
         )
-    console = Console()
-    console.print(table)
-    reductions = [row["reduction"] for row in rows]
+    return [ttft, work]
+
+
+def _seconds(value: float) -> str:
+    return "-" if math.isnan(value) else f"{value:.2f}s"
+
+
+def _share(value: float) -> str:
+    return "-" if math.isnan(value) else f"{value:.0%}"
+
+
+def _times(value: float) -> str:
+    return "-" if math.isnan(value) else f"{value:.2f}x"
+
+
+def print_table(document: dict[str, Any], console: Console | None = None) -> None:
+    console = console or Console()
+    for table in summary_tables(document):
+        console.print(table)
+    console.print(TTFT_LEGEND, markup=False, highlight=False)
+    reductions = [row["reduction"] for row in summary_rows(document)]
     if reductions:
         console.print(
             f"mean transform-turn TTFT reduction: {sum(reductions) / len(reductions):.0%}"
@@ -409,9 +450,9 @@ def main(args: argparse.Namespace) -> int:
         agents=args.agents,
         steps=args.steps,
         isolate_steps=args.isolate_steps,
-        strategies=tuple(args.strategies.split(",")),
+        strategies=args.strategies,
         warmer=args.warmer,
-        window_tokens=args.window,
+        window_tokens=args.window_tokens,
         seed=args.seed,
         max_tokens=args.max_tokens,
         port=args.port,
@@ -434,59 +475,69 @@ def register(bench_subparsers: argparse._SubParsersAction) -> None:
     )
     target = parser.add_mutually_exclusive_group()
     target.add_argument(
-        "--base-url", help="any OpenAI-compatible server (default: the embedded engine)"
+        "--base-url",
+        type=http_url,
+        help="any OpenAI-compatible server (default: the embedded engine)",
     )
     target.add_argument(
         "--embedded", action="store_true", help="the embedded llama.cpp engine (default)"
     )
-    parser.add_argument("--agents", type=int, default=1)
-    add_steps_arguments(parser)
-    parser.add_argument("--strategies", default=",".join(STRATEGIES))
+    add_run_arguments(parser, tool_latency_s=DEFAULT_TOOL_LATENCY_S)
     parser.add_argument("--warmer", choices=("openai", "llamacpp", "sglang"))
-    parser.add_argument(
-        "--window", type=int, help="model context window in tokens (default: from the server)"
+    add_renamed(
+        parser,
+        "--window-tokens",
+        "--window",
+        type=positive_int,
+        metavar="N",
+        help="model context window in tokens (default: from the server)",
     )
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument(
-        "--max-tokens", type=int, default=32, help="tokens generated per normal turn"
-    )
-    parser.add_argument("--port", type=int, default=8089, help="embedded engine port")
-    parser.add_argument(
-        "--tool-latency",
-        type=float,
-        default=DEFAULT_TOOL_LATENCY_S,
-        help="mean seconds a tool call takes (0.5x-1.5x per call)",
+        "--max-tokens", type=positive_int, default=32, help="tokens generated per normal turn"
     )
     parser.add_argument(
         "--tool-output-tokens",
-        type=token_range,
+        type=positive_int_range,
         metavar="LOW,HIGH",
         help="tokens a read adds (default: scaled to the window, 110,120 at 8K; with the large "
         "reads ~170 per step, the paper's ~600-650 per step at 32K scaled down)",
     )
     parser.add_argument(
         "--large-output-every",
-        type=int,
+        type=non_negative_int,
         default=DEFAULT_LARGE_OUTPUT_EVERY,
         metavar="K",
         help="every K-th read is 3x larger (what Offload's threshold selects); 0: none",
     )
-    add_gate_argument(parser)
-    parser.add_argument("--json", required=True)
-    parser.add_argument("--plot")
+    parser.add_argument("--json", type=output_file, required=True, metavar="PATH")
+    parser.add_argument("--plot", type=output_file, metavar="PATH")
     parser.set_defaults(func=main)
 
 
-def add_steps_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--steps", type=int, default=DEFAULT_STEPS)
+def add_run_arguments(parser: argparse.ArgumentParser, *, tool_latency_s: float) -> None:
+    """What `bench ttft` and `demo` both take: the agents, their workload and the engine port."""
+    parser.add_argument("--agents", type=positive_int, default=1)
+    parser.add_argument("--steps", type=positive_int, default=DEFAULT_STEPS)
     parser.add_argument(
         "--isolate-steps",
-        type=int,
+        type=positive_int,
         help="delegations per isolate run, each a transform turn (default: half of --steps)",
     )
-
-
-def add_gate_argument(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--strategies",
+        type=comma_list(one_of(STRATEGIES)),
+        default=STRATEGIES,
+        metavar="S,S,...",
+        help=f"comma-separated, among {','.join(STRATEGIES)} (default: all)",
+    )
+    parser.add_argument("--port", type=port, default=8089, help="embedded engine port")
+    parser.add_argument(
+        "--tool-latency",
+        type=non_negative_float,
+        default=tool_latency_s,
+        help="mean seconds a tool call takes (0.5x-1.5x per call)",
+    )
     parser.add_argument(
         "--gate",
         choices=GATE_ADMISSIONS,

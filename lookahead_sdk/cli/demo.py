@@ -6,14 +6,12 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-from pathlib import Path
 
-from lookahead_sdk.agent.driver import STRATEGIES
+from lookahead_sdk.base.args import output_dir
 from lookahead_sdk.bench.common import write_json
 from lookahead_sdk.bench.ttft import (
     TtftBenchConfig,
-    add_gate_argument,
-    add_steps_arguments,
+    add_run_arguments,
     plot,
     print_table,
     run_with_progress,
@@ -26,22 +24,22 @@ DEMO_TOOL_LATENCY_S = 1.0
 
 
 def main(args: argparse.Namespace) -> int:
-    out = Path(args.out)
     config = TtftBenchConfig(
         tool_latency_s=args.tool_latency,
         agents=args.agents,
         steps=args.steps,
         isolate_steps=args.isolate_steps,
-        strategies=tuple(args.strategies.split(",")),
+        strategies=args.strategies,
         port=args.port,
         gate=args.gate,
     )
     print(
-        f"lookahead-sdk demo: {len(config.strategies)} strategies x (sync, lookahead) on the embedded engine"
+        f"lookahead-sdk demo: {len(config.strategies)} strategies x (sync, lookahead) "
+        "on the embedded engine"
     )
     document = asyncio.run(run_with_progress(config))
-    json_path = write_json(out / "demo.json", document)
-    plot_path = plot(document, out / "demo.png")
+    json_path = write_json(args.out / "demo.json", document)
+    plot_path = plot(document, args.out / "demo.png")
     print_table(document)
     print(f"wrote {json_path} and {plot_path}")
     return 0
@@ -52,17 +50,11 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "demo", help="run the reference agent, sync vs lookahead, on the embedded engine"
     )
     parser.add_argument(
-        "--out", default="lookahead-demo", help="directory for demo.json and demo.png"
+        "--out",
+        type=output_dir,
+        default="lookahead-demo",
+        metavar="DIR",
+        help="directory for demo.json and demo.png",
     )
-    parser.add_argument("--agents", type=int, default=1)
-    add_steps_arguments(parser)
-    parser.add_argument("--strategies", default=",".join(STRATEGIES))
-    parser.add_argument("--port", type=int, default=8089, help="embedded engine port")
-    parser.add_argument(
-        "--tool-latency",
-        type=float,
-        default=DEMO_TOOL_LATENCY_S,
-        help="mean seconds a tool call takes (0.5x-1.5x per call)",
-    )
-    add_gate_argument(parser)
+    add_run_arguments(parser, tool_latency_s=DEMO_TOOL_LATENCY_S)
     parser.set_defaults(func=main)

@@ -3,11 +3,20 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
+import logging
 import sys
-from collections.abc import Callable
-from pathlib import Path
+from collections.abc import Callable, Iterator
 
+from lookahead_sdk.base.args import (
+    add_renamed,
+    existing_file,
+    non_negative_int,
+    port,
+    positive_float,
+    positive_int,
+)
 from lookahead_sdk.engine.build import ensure_binaries
 from lookahead_sdk.engine.config import (
     DEFAULT_PORT,
@@ -29,20 +38,31 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     build = commands.add_parser("build", help="build llama-server + llama-quantize (cached)")
     build.add_argument("--force", action="store_true", help="rebuild even if cached")
     build.add_argument(
-        "--sdist", type=Path, help="local llama-cpp-python sdist (else pip download)"
+        "--sdist", type=existing_file, help="local llama-cpp-python sdist (else pip download)"
     )
     build.set_defaults(func=_run_build)
 
     start = commands.add_parser("start", help="start the engine (reuse it if already running)")
-    start.add_argument("--port", type=int, default=DEFAULT_PORT)
-    start.add_argument("--slots", type=int, default=EngineConfig.slots, help="parallel slots (-np)")
-    start.add_argument("--ctx", type=int, default=MODEL_CONTEXT, help="context tokens per slot")
-    start.add_argument("--threads", type=int, default=None, help="CPU threads (default: all)")
+    start.add_argument("--port", type=port, default=DEFAULT_PORT)
+    start.add_argument(
+        "--slots", type=positive_int, default=EngineConfig.slots, help="parallel slots (-np)"
+    )
+    add_renamed(
+        start,
+        "--context-length",
+        "--ctx",
+        type=positive_int,
+        default=MODEL_CONTEXT,
+        help="context tokens per slot",
+    )
+    start.add_argument(
+        "--threads", type=positive_int, default=None, help="CPU threads (default: all)"
+    )
     start.add_argument("--quant", choices=QUANTIZATIONS, default=DEFAULT_QUANTIZATION)
     start.add_argument("--host", default=EngineConfig.host)
     start.add_argument(
         "--cache-ram",
-        type=int,
+        type=non_negative_int,
         default=EngineConfig.cache_ram_mib,
         help="host-memory prompt cache in MiB for prompts evicted from a slot (0: off)",
     )
@@ -54,19 +74,21 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     )
     start.add_argument(
         "--batch",
-        type=int,
+        type=positive_int,
         default=EngineConfig.batch_tokens,
         help="tokens per batch (--batch-size); a short urgent prompt waits for at most one batch",
     )
-    start.add_argument("--timeout", type=float, default=180.0, help="seconds to wait for /health")
+    start.add_argument(
+        "--timeout", type=positive_float, default=180.0, help="seconds to wait for /health"
+    )
     start.set_defaults(func=_run_start)
 
     stop = commands.add_parser("stop", help="stop the engine we started on a port")
-    stop.add_argument("--port", type=int, default=DEFAULT_PORT)
+    stop.add_argument("--port", type=port, default=DEFAULT_PORT)
     stop.set_defaults(func=_run_stop)
 
     status = commands.add_parser("status", help="print the engine's state as JSON")
-    status.add_argument("--port", type=int, default=DEFAULT_PORT)
+    status.add_argument("--port", type=port, default=DEFAULT_PORT)
     status.set_defaults(func=_run_status)
 
 
@@ -86,7 +108,7 @@ def _run_start(args: argparse.Namespace) -> int:
             host=args.host,
             port=args.port,
             slots=args.slots,
-            ctx_per_slot=args.ctx,
+            ctx_per_slot=args.context_length,
             threads=args.threads,
             quantization=args.quant,
             cache_ram_mib=args.cache_ram,
@@ -102,23 +124,48 @@ def _run_start(args: argparse.Namespace) -> int:
 
 
 def _run_stop(args: argparse.Namespace) -> int:
-    stopped = stop_engine(args.port)
-    print(f"engine on port {args.port} stopped" if stopped else f"no engine of ours on {args.port}")
-    return 0
+    def stop() -> int:
+        stopped = stop_engine(args.port)
+        print(
+            f"engine on port {args.port} stopped"
+            if stopped
+            else f"no engine of ours on {args.port}"
+        )
+        return 0
+
+    return _reporting_errors(stop)
 
 
 def _run_status(args: argparse.Namespace) -> int:
-    status = engine_status(args.port)
-    if status is None:
-        print(json.dumps({"port": args.port, "running": False, "healthy": False}))
-        return 1
-    print(json.dumps(status.to_dict(), indent=2))
-    return 0 if status.healthy else 1
+    def status() -> int:
+        found = engine_status(args.port)
+        if found is None:
+            print(json.dumps({"port": args.port, "running": False, "healthy": False}))
+            return 1
+        print(json.dumps(found.to_dict(), indent=2))
+        return 0 if found.healthy else 1
+
+    return _reporting_errors(status)
 
 
 def _reporting_errors(action: Callable[[], int]) -> int:
+    with _engine_warnings_on_stderr():
+        try:
+            return action()
+        except (EngineError, ValueError, TypeError) as error:
+            print(f"error: {error}", file=sys.stderr)
+            return 1
+
+
+@contextlib.contextmanager
+def _engine_warnings_on_stderr() -> Iterator[None]:
+    """Show the engine's warnings (e.g. a state file it repaired) to whoever runs the command."""
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(logging.Formatter("warning: %(message)s"))
+    handler.setLevel(logging.WARNING)
+    logger = logging.getLogger("lookahead_sdk.engine")
+    logger.addHandler(handler)
     try:
-        return action()
-    except (EngineError, ValueError, TypeError) as error:
-        print(f"error: {error}", file=sys.stderr)
-        return 1
+        yield
+    finally:
+        logger.removeHandler(handler)

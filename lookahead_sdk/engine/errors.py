@@ -2,9 +2,20 @@
 
 from __future__ import annotations
 
+from lookahead_sdk.errors import EngineError
 
-class EngineError(RuntimeError):
-    """Base class for every embedded-engine failure."""
+__all__ = [
+    "BuildError",
+    "EngineConflictError",
+    "EngineError",
+    "EngineExitedError",
+    "EngineStartError",
+    "EngineStateFileError",
+    "EngineStopError",
+    "MissingToolError",
+    "ModelNotFoundError",
+    "PortInUseError",
+]
 
 
 class MissingToolError(EngineError):
@@ -29,3 +40,15 @@ class EngineStartError(EngineError):
 
 class EngineConflictError(EngineError):
     """Our engine runs on the port, but with a configuration incompatible with the request."""
+
+
+class EngineStateFileError(EngineError):
+    """The state file of an engine we started cannot be read; the message names the file."""
+
+
+class EngineStopError(EngineError):
+    """Our engine runs but could not be stopped (not allowed to signal it, or it did not exit)."""
+
+
+class EngineExitedError(EngineError):
+    """The engine exited while it was in use; the message names its log."""

@@ -5,12 +5,13 @@ from __future__ import annotations
 import contextlib
 import errno
 import fcntl
+import logging
 import os
 import signal
 import socket
 import subprocess
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -21,16 +22,29 @@ from rich.console import Console
 from lookahead_sdk.engine import paths
 from lookahead_sdk.engine.build import EngineBinaries, ensure_binaries
 from lookahead_sdk.engine.config import EngineConfig
-from lookahead_sdk.engine.errors import EngineConflictError, EngineStartError, PortInUseError
-from lookahead_sdk.engine.model import MODEL_NAME, model_path
+from lookahead_sdk.engine.errors import (
+    EngineConflictError,
+    EngineExitedError,
+    EngineStartError,
+    EngineStateFileError,
+    EngineStopError,
+    PortInUseError,
+)
+from lookahead_sdk.engine.model import MODEL_NAME, QUANTIZATIONS, model_path
 from lookahead_sdk.engine.state import (
     EngineState,
+    find_engine_process,
     is_engine_process,
+    is_llama_server,
+    option_value,
     process_command_line,
+    process_start_time,
     read_state,
     remove_state,
     write_state,
 )
+
+log = logging.getLogger(__name__)
 
 DEFAULT_START_TIMEOUT_S = 180.0
 _LOG_TAIL_LINES = 30
@@ -65,6 +79,20 @@ class EngineHandle:
 
     def stop(self) -> bool:
         return stop_engine(self.config.port)
+
+    def exit_error(self, *, wait_s: float = 2.0) -> EngineExitedError | None:
+        """The error to report if this engine has exited (crashed, killed), else None. A client
+        sees its connection drop just before the process is gone: wait up to ``wait_s`` for it."""
+        deadline = time.monotonic() + wait_s
+        while is_llama_server(self.pid, self.config.port):
+            if time.monotonic() > deadline:
+                return None
+            time.sleep(0.05)
+        _reap(self.pid)
+        return EngineExitedError(
+            f"the engine stopped: llama-server (pid {self.pid}) on port {self.config.port} "
+            f"exited during the run; see its log {self.log_path}"
+        )
 
 
 @dataclass(frozen=True)
@@ -113,6 +141,42 @@ def server_command(config: EngineConfig, binaries: EngineBinaries, model: Path) 
     ]  # fmt: skip
 
 
+# The options of `server_command` that carry an EngineConfig field, and how to read them back.
+_CONFIG_OPTIONS: dict[str, tuple[str, Callable[[str], Any]]] = {
+    "--host": ("host", str),
+    "--port": ("port", int),
+    "--parallel": ("slots", int),
+    "--threads": ("threads", int),
+    "--flash-attn": ("flash_attn", str),
+    "--batch-size": ("batch_tokens", int),
+    "--cache-ram": ("cache_ram_mib", int),
+}
+
+
+def config_from_command(command: Sequence[str]) -> EngineConfig:
+    """The (resolved) config a `server_command` argv runs, to rebuild a lost state file. An
+    option it lacks keeps its default; raises ValueError for a value EngineConfig rejects."""
+    command = list(command)
+    fields: dict[str, Any] = {
+        field: convert(value)
+        for option, (field, convert) in _CONFIG_OPTIONS.items()
+        if (value := option_value(command, option)) is not None
+    }
+    if (total := option_value(command, "--ctx-size")) is not None:
+        fields["ctx_per_slot"] = int(total) // fields.get("slots", EngineConfig.slots)
+    # Model files are named <model>.<QUANTIZATION>.gguf (engine.model).
+    model = Path(option_value(command, "--model") or "")
+    quantization = Path(model.stem).suffix.removeprefix(".").lower()
+    if quantization in QUANTIZATIONS:
+        fields["quantization"] = quantization
+    fields["slot_copies"] = "--slot-save-path" in command
+    if "--no-webui" in command:  # the last fixed argument; extra_args follow
+        end = command.index("--no-webui") + 1
+        end += 2 * (command[end : end + 1] == ["--slot-save-path"])
+        fields["extra_args"] = tuple(command[end:])
+    return EngineConfig(**fields).resolved()
+
+
 def start_engine(
     config: EngineConfig,
     *,
@@ -153,30 +217,39 @@ def ensure_engine(
 
 
 def stop_engine(port: int, *, timeout_s: float = 10.0) -> bool:
-    """Stop the engine we recorded on ``port``: SIGTERM, then SIGKILL. True if one was stopped.
+    """Stop our engine on ``port``: SIGTERM, then SIGKILL. True if one was stopped, False if none
+    runs; raises `EngineStopError` saying why when it runs but cannot be stopped.
 
-    Only the recorded pid is signalled, and only while it still is that llama-server.
+    Only our llama-server is signalled: the recorded pid while it still is that llama-server, or
+    (the state file lost) the one the process table shows started by us for ``port``.
     """
-    state = read_state(port)
+    state = _live_state(port)
     if state is None:
         return False
-    if not is_engine_process(state):
-        remove_state(port)
-        _reap(state.pid)
-        return False
     for sig, wait_s in ((signal.SIGTERM, timeout_s), (signal.SIGKILL, 5.0)):
-        with contextlib.suppress(ProcessLookupError):
+        try:
             os.kill(state.pid, sig)
+        except ProcessLookupError:
+            pass
+        except OSError as error:
+            raise EngineStopError(
+                f"cannot stop the engine on port {port} (llama-server pid {state.pid}): "
+                f"{error.strerror or error}"
+            ) from None
         if _wait_for_exit(state.pid, wait_s):
             break
+    else:
+        raise EngineStopError(
+            f"the engine on port {port} (llama-server pid {state.pid}) did not exit after SIGKILL"
+        )
     _reap(state.pid)
     remove_state(port)
     return True
 
 
 def engine_status(port: int) -> EngineStatus | None:
-    """What we know about the engine recorded on ``port``; None if none was recorded."""
-    state = read_state(port)
+    """What we know about our engine on ``port``; None if none was recorded or found."""
+    state = _recorded_state(port)
     if state is None:
         return None
     running = is_engine_process(state)
@@ -304,8 +377,8 @@ def _wait_until_healthy(
 
 
 def _live_state(port: int) -> EngineState | None:
-    """The recorded state if its process still runs; a stale record is removed."""
-    state = read_state(port)
+    """The state of our engine on ``port`` if it still runs; a stale record is removed."""
+    state = _recorded_state(port)
     if state is None:
         return None
     if is_engine_process(state):
@@ -313,6 +386,53 @@ def _live_state(port: int) -> EngineState | None:
     remove_state(port)
     _reap(state.pid)
     return None
+
+
+def _recorded_state(port: int) -> EngineState | None:
+    """The state file's record for ``port``, checked against the process table: when the file is
+    missing, unreadable or names a process that is not our engine while our llama-server for
+    ``port`` runs, the file is rewritten from that process (an engine is never orphaned); an
+    unreadable file with no engine of ours is removed. Either is reported."""
+    try:
+        state, problem = read_state(port), None
+    except EngineStateFileError as error:
+        state, problem = None, str(error)
+    if state is not None and is_engine_process(state):
+        return state
+    found = find_engine_process(port)
+    if found is None:
+        if problem is not None:
+            remove_state(port)
+            log.warning("%s; no engine of ours runs on port %d: removed it", problem, port)
+        return state
+    if problem is None:
+        problem = f"engine state file {paths.state_file(port)} " + (
+            "is missing" if state is None else f"names pid {state.pid}, not our engine"
+        )
+    if state is not None:
+        _reap(state.pid)
+    pid, command = found
+    try:
+        config = config_from_command(command)
+    except ValueError as error:
+        raise EngineStateFileError(
+            f"{problem}; our llama-server pid {pid} runs on port {port}, but its command line "
+            f"cannot be read back ({error}); stop it with `kill {pid}`"
+        ) from None
+    recovered = EngineState(
+        pid=pid,
+        port=port,
+        config=config,
+        binary=command[0],
+        model_path=option_value(command, "--model") or "",
+        log_path=str(paths.engine_log_file(port)),
+        started_at=process_start_time(pid) or time.time(),
+    )
+    write_state(recovered)
+    log.warning(
+        "%s; rewrote it from our llama-server running on port %d (pid %d)", problem, port, pid
+    )
+    return recovered
 
 
 def _handle_from_state(state: EngineState, *, reused: bool) -> EngineHandle:

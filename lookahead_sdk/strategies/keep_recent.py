@@ -6,12 +6,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from lookahead_sdk.base.messages import Message, atomic_groups, leading_system_count
-from lookahead_sdk.core.policy import (
-    Budget,
-    TransformContext,
-    TransformResult,
-    check_budget,
-)
+from lookahead_sdk.core.policy import Budget, TransformContext, TransformResult, check_budget
 from lookahead_sdk.strategies._limits import HARD_LIMIT, LimitTriggered
 
 

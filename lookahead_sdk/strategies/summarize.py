@@ -6,12 +6,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from lookahead_sdk.base.messages import Message, answered_prefix_end, leading_system_count
-from lookahead_sdk.core.policy import (
-    Budget,
-    TransformContext,
-    TransformResult,
-    check_budget,
-)
+from lookahead_sdk.core.policy import Budget, TransformContext, TransformResult, check_budget
 from lookahead_sdk.strategies._limits import HARD_LIMIT, SOFT_LIMIT, LimitTriggered
 from lookahead_sdk.strategies.keep_recent import recent_groups_start
 
@@ -50,6 +45,10 @@ class Summarize(LimitTriggered):
             raise ValueError(f"summary_tokens must be a positive int, got {self.summary_tokens!r}")
         if not self.instruction.strip():
             raise ValueError("instruction must be a non-empty summarization prompt")
+
+    @property
+    def needs_summarizer(self) -> bool:
+        return True
 
     def validate(self, window_tokens: int) -> None:
         super().validate(window_tokens)

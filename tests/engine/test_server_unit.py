@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib.util
+import json
 import os
 import socket
 import subprocess
@@ -15,9 +16,15 @@ import pytest
 from lookahead_sdk.engine import model, paths
 from lookahead_sdk.engine.build import EngineBinaries
 from lookahead_sdk.engine.config import EngineConfig
-from lookahead_sdk.engine.errors import EngineConflictError, ModelNotFoundError, PortInUseError
+from lookahead_sdk.engine.errors import (
+    EngineConflictError,
+    EngineStopError,
+    ModelNotFoundError,
+    PortInUseError,
+)
 from lookahead_sdk.engine.model import INSTALL_HINT
 from lookahead_sdk.engine.server import (
+    config_from_command,
     engine_status,
     ensure_engine,
     port_in_use,
@@ -148,3 +155,118 @@ def test_stale_state_is_dropped_before_starting(
     with pytest.raises(ModelNotFoundError):
         ensure_engine(EngineConfig(port=free_port), show_progress=False)
     assert read_state(free_port) is None
+
+
+def state_file_text(kind: str, port: int) -> str:
+    """A state file for ``port`` spoiled in the way ``kind`` names."""
+    data = EngineState(
+        pid=1,
+        port=port,
+        config=EngineConfig(port=port),
+        binary="llama-server",
+        model_path="model.gguf",
+        log_path=str(paths.engine_log_file(port)),
+        started_at=time.time(),
+    ).to_dict()
+    if kind == "truncated JSON":
+        return json.dumps(data)[:40]
+    if kind == "not an object":
+        return json.dumps([data])
+    if kind == "wrong types":
+        data["pid"], data["config"] = "1234", "q8_0"
+    elif kind == "missing fields":
+        del data["config"], data["log_path"]
+    elif kind == "a pid that is not ours":
+        data["pid"] = os.getpid()
+    return json.dumps(data)
+
+
+CORRUPT = ["truncated JSON", "not an object", "wrong types", "missing fields"]
+
+
+def spoil_state(kind: str, port: int) -> Path:
+    target = paths.state_file(port)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    target.write_text(state_file_text(kind, port))
+    return target
+
+
+@pytest.mark.parametrize("kind", [*CORRUPT, "a pid that is not ours"])
+def test_a_bad_state_file_does_not_orphan_our_running_engine(
+    isolated_cache: Path,
+    fake_llama_server: subprocess.Popen[bytes],
+    free_port: int,
+    kind: str,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    state_file = spoil_state(kind, free_port)
+    status = engine_status(free_port)
+    assert status is not None and status.running and status.pid == fake_llama_server.pid
+    assert str(state_file) in caplog.text  # reported, naming the file
+    repaired = read_state(free_port)
+    assert repaired is not None and repaired.pid == fake_llama_server.pid
+    assert stop_engine(free_port) is True
+    assert fake_llama_server.wait(timeout=10) is not None
+    assert read_state(free_port) is None
+
+
+@pytest.mark.parametrize("kind", CORRUPT)
+def test_a_corrupt_state_file_without_an_engine_is_reported_and_removed(
+    isolated_cache: Path, free_port: int, kind: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    state_file = spoil_state(kind, free_port)
+    assert stop_engine(free_port) is False
+    assert not state_file.exists()
+    assert str(state_file) in caplog.text and "removed" in caplog.text
+
+
+def test_start_reuses_our_engine_behind_a_corrupt_state_file(
+    isolated_cache: Path, serving_fake_llama_server: subprocess.Popen[bytes], free_port: int
+) -> None:
+    spoil_state("truncated JSON", free_port)
+    handle = ensure_engine(EngineConfig(port=free_port), timeout_s=10, show_progress=False)
+    assert handle.reused and handle.pid == serving_fake_llama_server.pid
+    with pytest.raises(EngineConflictError, match="already runs"):
+        start_engine(EngineConfig(port=free_port), show_progress=False)
+    assert serving_fake_llama_server.poll() is None
+
+
+def test_stop_says_why_it_cannot_stop_our_engine(
+    isolated_cache: Path,
+    fake_llama_server: subprocess.Popen[bytes],
+    free_port: int,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    record(fake_llama_server.pid, EngineConfig(port=free_port))
+
+    def refuse(pid: int, sig: int) -> None:
+        raise PermissionError(1, "Operation not permitted")
+
+    with (
+        monkeypatch.context() as patch,
+        pytest.raises(EngineStopError, match=rf"pid {fake_llama_server.pid}.*not permitted"),
+    ):
+        patch.setattr(os, "kill", refuse)
+        stop_engine(free_port)
+    assert fake_llama_server.poll() is None
+    assert read_state(free_port) is not None  # it still runs: the record stays
+
+
+def test_the_config_is_read_back_from_the_server_command() -> None:
+    config = EngineConfig(
+        host="0.0.0.0",
+        port=9002,
+        slots=3,
+        ctx_per_slot=2048,
+        threads=2,
+        quantization="q4_1",
+        cache_ram_mib=0,
+        slot_copies=False,
+        flash_attn="on",
+        batch_tokens=256,
+        extra_args=("--temp", "0"),
+    )
+    for variant in (config, EngineConfig(port=9003)):
+        model_file = Path(f"/m/SmolLM2-135M-Instruct.{variant.quantization.upper()}.gguf")
+        command = server_command(variant, EngineBinaries(Path("srv"), Path("q")), model_file)
+        assert config_from_command(command) == variant.resolved()

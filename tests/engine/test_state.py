@@ -1,6 +1,8 @@
 from __future__ import annotations
 
+import json
 import os
+import re
 import subprocess
 import time
 from pathlib import Path
@@ -9,8 +11,10 @@ import pytest
 
 from lookahead_sdk.engine import paths
 from lookahead_sdk.engine.config import EngineConfig
+from lookahead_sdk.engine.errors import EngineStateFileError
 from lookahead_sdk.engine.state import (
     EngineState,
+    find_engine_process,
     is_engine_process,
     process_command_line,
     read_state,
@@ -40,11 +44,37 @@ def test_state_round_trips_through_the_cache_dir(isolated_cache: Path) -> None:
     assert read_state(18123) is None
 
 
-def test_unreadable_state_reads_as_none(isolated_cache: Path) -> None:
+@pytest.mark.parametrize(
+    ("content", "problem"),
+    [
+        ("{not json", "not JSON"),
+        ("", "not JSON"),
+        ("[1, 2]", "not a JSON object"),
+        ('{"pid": 1}', "'port' is missing"),
+        ('{"pid": "1234", "port": 18124}', "'pid' must be"),
+        ('{"pid": -1, "port": 18124}', "'pid' must be"),
+    ],
+)
+def test_an_unreadable_state_file_is_an_error_naming_it(
+    isolated_cache: Path, content: str, problem: str
+) -> None:
     target = paths.state_file(18124)
     target.parent.mkdir(parents=True)
-    target.write_text("{not json")
-    assert read_state(18124) is None
+    target.write_text(content)
+    with pytest.raises(EngineStateFileError, match=re.escape(problem)) as error:
+        read_state(18124)
+    assert str(target) in str(error.value)
+
+
+def test_a_state_file_with_a_bad_config_is_an_error_naming_the_field(
+    isolated_cache: Path,
+) -> None:
+    data = make_state(pid=1234, port=18128).to_dict()
+    data["config"]["slots"] = "four"
+    paths.state_file(18128).parent.mkdir(parents=True)
+    paths.state_file(18128).write_text(json.dumps(data))
+    with pytest.raises(EngineStateFileError, match="slots"):
+        read_state(18128)
 
 
 def test_missing_state_reads_as_none(isolated_cache: Path) -> None:
@@ -68,6 +98,21 @@ def test_fake_llama_server_is_recognised_only_on_its_port(
 ) -> None:
     assert is_engine_process(make_state(pid=fake_llama_server.pid, port=free_port))
     assert not is_engine_process(make_state(pid=fake_llama_server.pid, port=free_port + 1))
+
+
+def test_our_llama_server_is_found_in_the_process_table_by_its_port(
+    fake_llama_server: subprocess.Popen[bytes], free_port: int
+) -> None:
+    found = find_engine_process(free_port)
+    assert found is not None and found[0] == fake_llama_server.pid
+    assert find_engine_process(free_port + 1) is None
+
+
+def test_a_llama_server_outside_our_cache_is_not_ours(
+    fake_llama_server: subprocess.Popen[bytes], free_port: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv(paths.CACHE_ENV_VAR, "/elsewhere")
+    assert find_engine_process(free_port) is None
 
 
 @pytest.mark.skipif(not Path("/proc").is_dir(), reason="zombie detection reads /proc")
