@@ -140,9 +140,17 @@ class SimCluster:
                 promoted.append(request.rid)
         return promoted
 
+    def abort(self, rid: str, now_ms: float) -> bool:
+        """The client of request `rid` went away: stop simulating it and free its KV. False
+        when it finished already (or never existed)."""
+        request = self._requests.get(rid)
+        if request is None:
+            return False
+        return any(worker.abort(request, now_ms) for worker in self.workers)
+
     def _account_finished(self, request: SimRequest) -> None:
         self._requests.pop(request.rid, None)
-        if not request.tags.is_lookahead:
+        if request.aborted or not request.tags.is_lookahead:
             return
         deadline = request.commit_deadline_abs_ms
         self.lookaheads.completed += 1
@@ -222,6 +230,8 @@ class SimCluster:
                     "kv_evicted_tokens": w.pool.evicted_tokens,
                     "kv_blocked": w.stats.kv_blocked,
                     "retracted": w.stats.retracted,
+                    "aborted": w.stats.aborted,
+                    "running": w.running_count,
                 }
                 for w in self.workers
             },

@@ -58,6 +58,12 @@ class RealtimeDriver:
         self.cluster.submit(request)
         self._wake.set()
 
+    def abort(self, request: SimRequest) -> bool:
+        """Stop a request whose client went away (its KV frees at once)."""
+        aborted = self.cluster.abort(request.rid, self.now_ms())
+        self._wake.set()
+        return aborted
+
     async def _run(self) -> None:
         try:
             await self._loop_forever()

@@ -1,4 +1,4 @@
-"""A simulated request: its tags (the scheduling metadata), its token ids, and its progress."""
+"""A simulated request: its tags (`base.protocol.RequestTags`), its token ids, and its progress."""
 
 from __future__ import annotations
 
@@ -7,7 +7,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
-from lookahead_sdk.scheduling.requests import PRIORITY_CLASSES, PriorityClass, RequestDescriptor
+from lookahead_sdk.base.protocol import RequestTags
+from lookahead_sdk.scheduling.requests import RequestDescriptor
 from lookahead_sdk.sim.prefix_cache import BlockName
 
 
@@ -25,30 +26,6 @@ class RequestListener(Protocol):
     def on_token(self, request: SimRequest, now_ms: float) -> None: ...
 
     def on_finish(self, request: SimRequest, now_ms: float) -> None: ...
-
-
-@dataclass(frozen=True, slots=True)
-class RequestTags:
-    """Scheduling metadata as it arrives on the wire (times relative to arrival)."""
-
-    priority_class: PriorityClass = "lc"
-    is_lookahead: bool = False
-    program_id: str | None = None
-    lookahead_group_id: str | None = None
-    commit_deadline_ms: float | None = None  # after arrival
-    slo_ttft_ms: float | None = None
-
-    def __post_init__(self) -> None:
-        if self.priority_class not in PRIORITY_CLASSES:
-            raise ValueError(
-                f"priority_class must be one of {PRIORITY_CLASSES}, got {self.priority_class!r}"
-            )
-        if self.is_lookahead and self.priority_class != "be":
-            raise ValueError("priority_class must be 'be' for a lookahead (is_lookahead=true)")
-        for name in ("commit_deadline_ms", "slo_ttft_ms"):
-            value = getattr(self, name)
-            if value is not None and (isinstance(value, bool) or not value >= 0):
-                raise ValueError(f"{name} must be a number of milliseconds >= 0, got {value!r}")
 
 
 @dataclass(eq=False, slots=True)
@@ -71,6 +48,7 @@ class SimRequest:
     names: list[BlockName] = field(default_factory=list)
     locked: list[BlockName] = field(default_factory=list)
     reserved_tokens: int = 0
+    aborted: bool = False  # the client went away; its KV was freed
 
     def __post_init__(self) -> None:
         if self.max_new_tokens < 0:
@@ -102,7 +80,7 @@ class SimRequest:
         tags = self.tags
         return RequestDescriptor(
             rid=self.rid,
-            priority_class=tags.priority_class,
+            priority_class="be" if tags.is_best_effort else "lc",
             arrival_ms=self.arrival_ms,
             cached_prefix_tokens=cached_prefix_tokens,
             remaining_prefill_tokens=self.prompt_tokens - cached_prefix_tokens,

@@ -4,14 +4,19 @@ Endpoints: POST /v1/chat/completions (stream and not), POST /generate (SGLang na
 or text; max_new_tokens=0 prefills only), POST /tokenize (also /v1/tokenize), GET /get_server_info, GET /health,
 GET /v1/models, GET /stats, POST /lookahead/promote, POST /flush_cache, POST /programs/release.
 
-Request tags are read like the SGLang plugin reads them (`lookahead_sdk.sglang_plugin.wire`): top-
-level fields, `custom_params` (top level, or in `sampling_params` for /generate) and the
+Request bodies are limited in size (`SimServeConfig.max_body_bytes`, 413 beyond) and checked field
+by field (400 naming the field); a client that disconnects aborts its simulated request, freeing
+its KV at once.
+
+Request tags are read with `lookahead_sdk.base.protocol` (as the SGLang plugin and the router
+read them): top-level fields, `custom_params` (top level, or in `sampling_params` for /generate) and the
 `X-Program-Id` header. Text is filler; timing, token counts and cache behaviour are simulated.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import itertools
 import json
 import time
@@ -21,18 +26,24 @@ from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
-from fastapi import FastAPI, HTTPException, Request
+from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, StreamingResponse
 
+from lookahead_sdk.base.protocol import RequestTags
 from lookahead_sdk.scheduling.latency_model import LatencyProfile
-from lookahead_sdk.sglang_plugin.wire import LookaheadTags, merge_tag_fields
+from lookahead_sdk.sim import request_checks as checks
 from lookahead_sdk.sim.cluster import ClusterConfig, SimCluster
 from lookahead_sdk.sim.ground_truth import GroundTruth
+from lookahead_sdk.sim.http_body import (
+    DEFAULT_BODY_LIMIT,
+    BodyError,
+    ClientGone,
+    read_json_object,
+    wait_for_disconnect,
+)
 from lookahead_sdk.sim.realtime import RealtimeDriver
-from lookahead_sdk.sim.request import RequestTags, SimRequest
+from lookahead_sdk.sim.request import SimRequest
 from lookahead_sdk.sim.tokenizer import ChatTemplate, default_tokenizer
-
-PROGRAM_HEADER = "x-program-id"
 
 
 @dataclass(frozen=True, slots=True)
@@ -44,6 +55,7 @@ class SimServeConfig:
     context_length: int = 40_960
     default_max_tokens: int = 32
     truth: GroundTruth | None = None
+    max_body_bytes: int = DEFAULT_BODY_LIMIT
 
 
 class _TokenStream:
@@ -62,6 +74,10 @@ class _TokenStream:
         while (index := await self.events.get()) is not None:
             yield index
 
+    async def drain(self) -> None:
+        async for _ in self.tokens():
+            pass
+
 
 class SimServer:
     def __init__(self, config: SimServeConfig) -> None:
@@ -74,23 +90,11 @@ class SimServer:
     # --- request building --------------------------------------------------------------------
 
     def tags_of(
-        self, body: Mapping[str, Any], headers: Mapping[str, str], custom_params: Any
+        self, body: Mapping[str, Any], headers: Mapping[str, str]
     ) -> tuple[RequestTags, str | None]:
-        if custom_params is not None and not isinstance(custom_params, Mapping):
-            raise ValueError("custom_params must be a JSON object")
-        merged = merge_tag_fields(body, custom_params) or {}
-        if "program_id" not in merged and headers.get(PROGRAM_HEADER):
-            merged["program_id"] = headers[PROGRAM_HEADER]
-        wire = LookaheadTags.from_mapping(merged, where="request")
-        tags = RequestTags(
-            priority_class="be" if wire.is_best_effort else "lc",
-            is_lookahead=wire.is_lookahead,
-            program_id=wire.program_id,
-            lookahead_group_id=wire.lookahead_group_id,
-            commit_deadline_ms=wire.commit_deadline_ms,
-            slo_ttft_ms=wire.slo_ttft_ms,
-        )
-        return tags, wire.group_to_promote
+        """The request's tags (untagged: latency-critical) and the lookahead group it promotes."""
+        tags = RequestTags.from_request(body, headers) or RequestTags()
+        return tags, tags.group_to_promote
 
     def start(
         self,
@@ -126,6 +130,43 @@ class SimServer:
             self.cluster.promote(lookahead_group_id=group_to_promote)
         return request, stream
 
+    async def until_done(
+        self, request: Request, sim_request: SimRequest, stream: _TokenStream
+    ) -> None:
+        """Wait for a non-streamed request to finish; abort it if its client goes away first."""
+        done = asyncio.ensure_future(stream.drain())
+        gone = asyncio.ensure_future(wait_for_disconnect(request.receive))
+        completed = False
+        try:
+            await asyncio.wait((done, gone), return_when=asyncio.FIRST_COMPLETED)
+            completed = done.done()
+        finally:
+            for task in (done, gone):
+                task.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await task
+            if not completed:
+                self.driver.abort(sim_request)
+        if not completed:
+            raise ClientGone
+
+    async def streamed(
+        self, sim_request: SimRequest, events: AsyncIterator[str]
+    ) -> AsyncIterator[str]:
+        """`events`, aborting the simulated request when the client goes away mid-stream
+        (Starlette then cancels this generator)."""
+        try:
+            async for event in events:
+                yield event
+        finally:
+            if sim_request.finish_ms is None:
+                self.driver.abort(sim_request)
+
+    async def body(self, request: Request) -> dict[str, Any]:
+        return await read_json_object(
+            request.receive, request.headers.get("content-length"), self.config.max_body_bytes
+        )
+
     def token_text(self, request: SimRequest, index: int) -> str:
         return self.template.tokenizer.decode([request.output_token(index)])
 
@@ -158,6 +199,28 @@ def create_app(config: SimServeConfig) -> FastAPI:
     async def bad_request(_: Request, error: ValueError) -> JSONResponse:
         return JSONResponse(
             {"error": {"message": str(error), "type": "invalid_request_error"}}, 400
+        )
+
+    @app.exception_handler(BodyError)
+    async def bad_body(_: Request, error: BodyError) -> JSONResponse:
+        return JSONResponse(
+            {"error": {"message": str(error), "type": "invalid_request_error"}}, error.status
+        )
+
+    @app.exception_handler(ClientGone)
+    async def client_gone(_: Request, error: ClientGone) -> JSONResponse:
+        return JSONResponse({"error": {"message": "the client disconnected"}}, 499)
+
+    @app.exception_handler(RecursionError)
+    async def too_deep(_: Request, error: RecursionError) -> JSONResponse:
+        return JSONResponse(
+            {
+                "error": {
+                    "message": "the request is nested too deeply",
+                    "type": "invalid_request_error",
+                }
+            },
+            400,
         )
 
     @app.exception_handler(TypeError)
@@ -215,7 +278,7 @@ def create_app(config: SimServeConfig) -> FastAPI:
 
     @app.post("/lookahead/promote")
     async def promote(request: Request) -> dict[str, Any]:
-        body = await _json_object(request)
+        body = await server.body(request)
         keys = {k: body.get(k) for k in ("rid", "lookahead_group_id", "program_id")}
         if not any(isinstance(v, str) and v for v in keys.values()):
             raise ValueError("promote needs one of rid, lookahead_group_id, program_id (a string)")
@@ -231,20 +294,17 @@ def create_app(config: SimServeConfig) -> FastAPI:
 
     @app.post("/programs/release")
     async def release(request: Request) -> dict[str, Any]:
-        body = await _json_object(request)
+        body = await server.body(request)
         return {"released": body.get("program_id")}
 
     @app.post("/tokenize")
     @app.post("/v1/tokenize")
     async def tokenize(request: Request) -> dict[str, Any]:
-        body = await _json_object(request)
+        body = await server.body(request)
         if "messages" in body:
-            messages = body["messages"]
-            if not isinstance(messages, list):
-                raise ValueError("messages must be a list of chat messages")
             ids = server.template.render(
-                messages,
-                tools=body.get("tools"),
+                checks.messages(body),
+                tools=checks.tools(body),
                 add_generation_prompt=bool(body.get("add_generation_prompt", True)),
             )
         else:
@@ -258,17 +318,18 @@ def create_app(config: SimServeConfig) -> FastAPI:
 
     @app.post("/v1/chat/completions")
     async def chat(request: Request) -> Any:
-        body = await _json_object(request)
-        messages = body.get("messages")
-        if not isinstance(messages, list) or not messages:
-            raise ValueError("messages must be a non-empty list of chat messages")
+        body = await server.body(request)
+        messages = checks.messages(body)
+        tools = checks.tools(body)
+        streaming = checks.flag(body, "stream")
+        include_usage = checks.flag(checks.stream_options(body), "include_usage")
         max_tokens = server.max_tokens(
             body.get("max_completion_tokens", body.get("max_tokens")),
             "max_tokens",
             zero_means_default=True,  # SGLang: chat max_tokens=0 means "no limit"
         )
-        tags, promote_group = server.tags_of(body, request.headers, body.get("custom_params"))
-        prompt = server.template.render(messages, tools=body.get("tools"))
+        tags, promote_group = server.tags_of(body, request.headers)
+        prompt = server.template.render(messages, tools=tools)
         sim_request, stream = server.start(prompt, max_tokens, tags, promote_group)
         completion_id = f"chatcmpl-{sim_request.rid}"
         created = int(time.time())
@@ -294,8 +355,7 @@ def create_app(config: SimServeConfig) -> FastAPI:
             }
             return f"data: {json.dumps(payload)}\n\n"
 
-        if body.get("stream"):
-            include_usage = bool((body.get("stream_options") or {}).get("include_usage"))
+        if streaming:
 
             async def events() -> AsyncIterator[str]:
                 async for index in stream.tokens():
@@ -316,10 +376,11 @@ def create_app(config: SimServeConfig) -> FastAPI:
                     yield f"data: {json.dumps(payload)}\n\n"
                 yield "data: [DONE]\n\n"
 
-            return StreamingResponse(events(), media_type="text/event-stream")
+            return StreamingResponse(
+                server.streamed(sim_request, events()), media_type="text/event-stream"
+            )
 
-        async for _ in stream.tokens():
-            pass
+        await server.until_done(request, sim_request, stream)
         return {
             "id": completion_id,
             "object": "chat.completion",
@@ -340,16 +401,13 @@ def create_app(config: SimServeConfig) -> FastAPI:
 
     @app.post("/generate")
     async def generate(request: Request) -> Any:
-        body = await _json_object(request)
+        body = await server.body(request)
         sampling = body.get("sampling_params") or {}
         if not isinstance(sampling, Mapping):
             raise ValueError("sampling_params must be a JSON object")
+        streaming = checks.flag(body, "stream")
         if "input_ids" in body:
-            prompt = body["input_ids"]
-            if not isinstance(prompt, list) or not all(
-                isinstance(t, int) and not isinstance(t, bool) for t in prompt
-            ):
-                raise ValueError("input_ids must be a list of token ids (ints)")
+            prompt = checks.input_ids(body["input_ids"], server.template.tokenizer.vocab_size)
         elif isinstance(body.get("text"), str):
             prompt = server.template.tokenizer.encode(body["text"])
         else:
@@ -359,8 +417,7 @@ def create_app(config: SimServeConfig) -> FastAPI:
             "sampling_params.max_new_tokens",
             zero_means_default=False,
         )
-        custom_params = body.get("custom_params", sampling.get("custom_params"))
-        tags, promote_group = server.tags_of(body, request.headers, custom_params)
+        tags, promote_group = server.tags_of(body, request.headers)
         started = time.perf_counter()
         sim_request, stream = server.start(list(prompt), max_new, tags, promote_group)
 
@@ -378,7 +435,7 @@ def create_app(config: SimServeConfig) -> FastAPI:
                 },
             }
 
-        if body.get("stream"):
+        if streaming:
 
             async def events() -> AsyncIterator[str]:
                 async for _ in stream.tokens():
@@ -387,20 +444,11 @@ def create_app(config: SimServeConfig) -> FastAPI:
                     yield f"data: {json.dumps(result())}\n\n"
                 yield "data: [DONE]\n\n"
 
-            return StreamingResponse(events(), media_type="text/event-stream")
+            return StreamingResponse(
+                server.streamed(sim_request, events()), media_type="text/event-stream"
+            )
 
-        async for _ in stream.tokens():
-            pass
+        await server.until_done(request, sim_request, stream)
         return result()
 
     return app
-
-
-async def _json_object(request: Request) -> dict[str, Any]:
-    try:
-        body = await request.json()
-    except (json.JSONDecodeError, UnicodeDecodeError) as error:
-        raise HTTPException(400, f"the request body is not JSON: {error}") from error
-    if not isinstance(body, dict):
-        raise HTTPException(400, "the request body must be a JSON object")
-    return body

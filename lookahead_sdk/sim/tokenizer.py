@@ -25,6 +25,7 @@ FILLER_WORDS = (" the", " of", " and", " to", " in", " is", " that", " for", " i
 
 class Tokenizer(Protocol):
     name: str
+    vocab_size: int  # token ids are 0 .. vocab_size - 1 (the chat markers included)
 
     def encode(self, text: str) -> list[int]: ...
 
@@ -49,6 +50,7 @@ class TiktokenTokenizer:
             mergeable_ranks=tiktoken.load.load_tiktoken_bpe(str(path)),
             special_tokens=CL100K_SPECIAL_TOKENS,
         )
+        self.vocab_size = max(self._encoding.n_vocab, IM_END + 1)
 
     def encode(self, text: str) -> list[int]:
         return self._encoding.encode(text, disallowed_special=())
@@ -63,6 +65,7 @@ class WordTokenizer:
     name = "words-crc32"
     _PIECE = re.compile(r"\s*\S+|\s+")
     _VOCAB = 100_000
+    vocab_size = IM_END + 1
 
     def __init__(self) -> None:
         self._text_of: dict[int, str] = {}

@@ -48,6 +48,7 @@ class WorkerStats:
     infeasible: set[str] = field(default_factory=set)  # lookaheads triaged as unable to be on time
     kv_blocked: int = 0
     retracted: int = 0
+    aborted: int = 0
 
 
 class Worker:
@@ -128,13 +129,32 @@ class Worker:
         self.busy = None
         handoffs: list[SimRequest] = []
         for request, tokens in iteration.chunks:
+            if request.aborted:
+                continue
             self._apply_chunk(request, tokens)
             if request.prefilled_tokens == request.prompt_tokens:
                 self.queue.remove(request)
                 handoffs.extend(self._prefill_done(request, now_ms))
         for request in iteration.decodes:
-            self._emit_token(request, now_ms)
+            if not request.aborted:
+                self._emit_token(request, now_ms)
         return handoffs
+
+    def abort(self, request: SimRequest, now_ms: float) -> bool:
+        """Drop a request whose client went away: its KV reservation and block locks are freed
+        now (blocks it computed stay cached); an iteration already running skips it. False when
+        the request is not on this worker."""
+        if request in self.queue:
+            self.queue.remove(request)
+        elif request in self.decoding:
+            self.decoding.remove(request)
+        else:
+            return False
+        request.aborted = True
+        self._release(request, cache_output=False)
+        self.stats.aborted += 1
+        self._finish(request, now_ms)
+        return True
 
     # --- prefill planning ------------------------------------------------------------------
 

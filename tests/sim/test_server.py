@@ -5,7 +5,8 @@ import json
 import socket
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from typing import Any
 
 import httpx
 import pytest
@@ -26,13 +27,14 @@ def free_port() -> int:
 
 
 @contextlib.contextmanager
-def serving(cluster: ClusterConfig) -> Iterator[str]:
+def serving(cluster: ClusterConfig, **settings: Any) -> Iterator[str]:
     config = SimServeConfig(
         profile=H100_QWEN3_8B,
         cluster=cluster,
         time_scale=TIME_SCALE,
         truth=ModelTruth(LatencyModel(H100_QWEN3_8B)),
         default_max_tokens=8,
+        **settings,
     )
     port = free_port()
     server = uvicorn.Server(
@@ -264,3 +266,121 @@ def test_disaggregated_engine_serves_chat_and_prefill_only_requests() -> None:
     assert stats["mode"] == "disagg" and set(stats["workers"]) == {"prefill", "decode"}
     assert stats["workers"]["decode"]["iterations"] >= 2 * 2  # tokens 2..3 of both chats
     assert stats["lookahead"]["completed"] == 1
+
+
+# --- hardening: malformed input is a 400 naming the field, not a 500 or an accepted request ---
+
+CHAT = {"messages": [{"role": "user", "content": "x"}], "max_tokens": 1}
+
+
+@pytest.mark.parametrize(
+    ("path", "body", "message"),
+    [
+        ("/v1/chat/completions", {**CHAT, "stream": True, "stream_options": "x"}, "stream_options"),
+        (
+            "/v1/chat/completions",
+            {**CHAT, "stream": True, "stream_options": {"include_usage": "yes"}},
+            "stream_options.include_usage",
+        ),
+        ("/v1/chat/completions", {**CHAT, "stream": "no"}, "stream"),
+        ("/v1/chat/completions", {**CHAT, "tools": "x"}, "tools"),
+        (
+            "/v1/chat/completions",
+            {"messages": [{"role": "robot", "content": "beep"}]},
+            "messages[0].role",
+        ),
+        ("/v1/chat/completions", {"messages": ["hello"]}, "messages[0]"),
+        ("/generate", {"text": "x", "stream": "no"}, "stream"),
+        ("/generate", {"input_ids": [5, -1]}, "input_ids[1]"),
+        ("/generate", {"input_ids": [5, 10_000_000]}, "input_ids[1]"),
+        ("/tokenize", {"messages": [{"role": "robot", "content": "x"}]}, "messages[0].role"),
+    ],
+)
+def test_malformed_fields_get_400_naming_the_field(
+    client: httpx.Client, path: str, body: dict, message: str
+) -> None:
+    response = client.post(path, json=body)
+    assert response.status_code == 400, response.text
+    assert message in response.json()["error"]["message"]
+
+
+@pytest.mark.parametrize("depth", [100, 100_000])
+def test_deeply_nested_json_gets_400(client: httpx.Client, depth: int) -> None:
+    nested = "[" * depth + "]" * depth
+    for path in ("/v1/chat/completions", "/generate"):
+        response = client.post(
+            path,
+            content=f'{{"messages": {nested}, "input_ids": {nested}}}',
+            headers={"content-type": "application/json"},
+        )
+        assert response.status_code == 400, response.text
+
+
+def test_a_body_over_the_limit_gets_413_by_length_and_by_streamed_size() -> None:
+    limit = 64 * 1024
+    with (
+        serving(ClusterConfig(kv_tokens=KV_TOKENS), max_body_bytes=limit) as url,
+        httpx.Client(base_url=url, timeout=30) as http,
+    ):
+        text = "x" * (limit + 10)
+        declared = http.post("/generate", json={"text": text})
+        assert declared.status_code == 413 and str(limit) in declared.json()["error"]["message"]
+
+        def chunks() -> Iterator[bytes]:  # no Content-Length: chunked transfer encoding
+            yield b'{"text": "'
+            for _ in range(20):
+                yield b"y" * 4096
+            yield b'"}'
+
+        streamed = http.post("/generate", content=chunks())
+        assert streamed.status_code == 413
+        assert http.post("/generate", json={"text": "small", "sampling_params": {
+            "max_new_tokens": 1}}).status_code == 200  # fmt: skip
+
+
+# --- a client that goes away aborts its simulated request ------------------------------------
+
+LONG = 4000  # decode tokens: seconds of wall time at this time scale
+
+
+def wait_until(condition: Callable[[], bool], timeout_s: float, what: str) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not condition():
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        time.sleep(0.02)
+
+
+def worker_stats(client: httpx.Client) -> dict[str, Any]:
+    return client.get("/stats").json()["workers"]["colocated"]
+
+
+def test_disconnect_of_a_non_streamed_request_aborts_it(
+    client: httpx.Client, base_url: str
+) -> None:
+    aborted = worker_stats(client)["aborted"]
+    body = json.dumps({"messages": conversation(2, seed=11), "max_tokens": LONG}).encode()
+    port = int(base_url.rsplit(":", 1)[1])
+    with socket.create_connection(("127.0.0.1", port)) as raw:
+        raw.sendall(
+            b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+            + f"Content-Length: {len(body)}\r\n\r\n".encode()
+            + body
+        )
+        wait_until(lambda: worker_stats(client)["running"] == 1, 10, "the request to run")
+    started = time.monotonic()
+    wait_until(lambda: worker_stats(client)["running"] == 0, 3, "the abort")
+    assert time.monotonic() - started < 3
+    assert worker_stats(client)["aborted"] == aborted + 1
+
+
+def test_disconnect_mid_stream_aborts_the_request(client: httpx.Client, base_url: str) -> None:
+    aborted = worker_stats(client)["aborted"]
+    body = {"messages": conversation(2, seed=12), "max_tokens": LONG, "stream": True}
+    with httpx.Client(base_url=base_url, timeout=30) as other:
+        with other.stream("POST", "/v1/chat/completions", json=body) as response:
+            lines = response.iter_lines()
+            assert next(line for line in lines if line.startswith("data: "))
+            assert worker_stats(client)["running"] == 1
+    wait_until(lambda: worker_stats(client)["running"] == 0, 3, "the abort")
+    stats = worker_stats(client)
+    assert stats["aborted"] == aborted + 1 and stats["kv_reserved_tokens"] == 0

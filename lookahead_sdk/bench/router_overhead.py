@@ -1,0 +1,207 @@
+"""`lookahead-sdk bench router --mode overhead`: the latency the router adds. A simulated engine
+and the router run as their own processes (`sim serve`, `router serve`, as deployed); 16 client
+streams, each an agent program, alternate requests sent directly to the engine and through the
+router, so both arms see the same engine load. TTFT is the time to the first body bytes of the
+streamed answer; the figure is the router's TTFT percentile minus the direct one (target: p50
+<= 2 ms, p99 <= 10 ms)."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import os
+import socket
+import statistics
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from dataclasses import asdict, dataclass
+from typing import Any
+
+import httpx
+
+from lookahead_sdk.base.args import positive_float, positive_int
+from lookahead_sdk.bench.common import percentile, write_json
+
+TARGET_P50_MS = 2.0
+TARGET_P99_MS = 10.0
+
+
+@dataclass(frozen=True, slots=True)
+class OverheadSettings:
+    streams: int = 16
+    requests_per_stream: int = 40  # per arm
+    warmup_per_stream: int = 3
+    prompt_words: int = 150
+    max_tokens: int = 32
+    time_scale: float = 1.0  # real time: an H100-like engine
+    kv_tokens: int = 400_000
+    policy: str = "thunder"
+
+    def __post_init__(self) -> None:
+        for name in ("streams", "requests_per_stream", "prompt_words", "max_tokens"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+@contextlib.contextmanager
+def serve_process(command: list[str], url: str) -> Iterator[str]:
+    """`lookahead-sdk COMMAND` (a server) as its own process, once `{url}/health` answers 200;
+    terminated on exit."""
+    process = subprocess.Popen(
+        [sys.executable, "-m", "lookahead_sdk", *command],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        env={**os.environ, "PYTHONUNBUFFERED": "1"},
+    )
+    try:
+        deadline = time.monotonic() + 60
+        while True:
+            if process.poll() is not None:
+                raise RuntimeError(f"lookahead-sdk {' '.join(command)} exited")
+            with contextlib.suppress(httpx.HTTPError):
+                if httpx.get(f"{url}/health", timeout=2).status_code == 200:
+                    break
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"lookahead-sdk {' '.join(command)} did not start")
+            time.sleep(0.1)
+        yield url
+    finally:
+        process.terminate()
+        try:
+            process.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            process.kill()
+
+
+async def _ttft_s(client: httpx.AsyncClient, url: str, body: dict[str, Any]) -> float:
+    started = time.perf_counter()
+    first: float | None = None
+    async with client.stream("POST", f"{url}/v1/chat/completions", json=body) as response:
+        response.raise_for_status()
+        async for chunk in response.aiter_raw():
+            if first is None and chunk:
+                first = time.perf_counter() - started
+    if first is None:
+        raise RuntimeError(f"{url} streamed no bytes")
+    return first
+
+
+async def _stream(
+    index: int, direct: str, router: str, settings: OverheadSettings
+) -> tuple[list[float], list[float]]:
+    program_id = f"bench-overhead-{index}"
+    direct_s: list[float] = []
+    routed_s: list[float] = []
+    async with httpx.AsyncClient(timeout=120) as client:
+        for step in range(settings.warmup_per_stream + settings.requests_per_stream):
+            body = {
+                "messages": [
+                    {"role": "system", "content": f"agent {program_id}"},
+                    {"role": "user", "content": f"step {step} " + "word " * settings.prompt_words},
+                ],
+                "max_tokens": settings.max_tokens,
+                "stream": True,
+                "program_id": program_id,
+            }
+            # Alternate which arm goes first, so neither always follows the other.
+            order = ((direct, direct_s), (router, routed_s))
+            for url, samples in order if (step + index) % 2 else order[::-1]:
+                ttft = await _ttft_s(client, url, body)
+                if step >= settings.warmup_per_stream:
+                    samples.append(ttft)
+    return direct_s, routed_s
+
+
+async def _measure(direct: str, router: str, settings: OverheadSettings) -> dict[str, Any]:
+    results = await asyncio.gather(
+        *(_stream(i, direct, router, settings) for i in range(settings.streams))
+    )
+    direct_ms = [s * 1000 for d, _ in results for s in d]
+    routed_ms = [s * 1000 for _, r in results for s in r]
+
+    def summary(values: list[float]) -> dict[str, float]:
+        return {
+            "p50_ms": round(percentile(values, 50), 3),
+            "p99_ms": round(percentile(values, 99), 3),
+            "mean_ms": round(statistics.fmean(values), 3),
+        }
+
+    direct_summary, routed_summary = summary(direct_ms), summary(routed_ms)
+    p50 = round(routed_summary["p50_ms"] - direct_summary["p50_ms"], 3)
+    p99 = round(routed_summary["p99_ms"] - direct_summary["p99_ms"], 3)
+    return {
+        "samples_per_arm": len(direct_ms),
+        "direct": direct_summary,
+        "router": routed_summary,
+        "overhead_p50_ms": p50,
+        "overhead_p99_ms": p99,
+        "targets": {
+            "overhead_p50": {"target": f"<= {TARGET_P50_MS} ms", "met": p50 <= TARGET_P50_MS},
+            "overhead_p99": {"target": f"<= {TARGET_P99_MS} ms", "met": p99 <= TARGET_P99_MS},
+        },
+    }
+
+
+def run_overhead(settings: OverheadSettings, json_path: str | None = None) -> dict[str, Any]:
+    sim_port, router_port = free_port(), free_port()
+    sim_url, router_url = f"http://127.0.0.1:{sim_port}", f"http://127.0.0.1:{router_port}"
+    sim_command = ["sim", "serve", "--kv-tokens", str(settings.kv_tokens), "--port"]
+    sim_command += [str(sim_port), "--time-scale", str(settings.time_scale), "--truth", "model"]
+    router_command = ["router", "serve", "--backends", sim_url, "--port", str(router_port)]
+    router_command += ["--policy", settings.policy]
+    started = time.perf_counter()
+    load_before = os.getloadavg()[0]
+    with serve_process(sim_command, sim_url), serve_process(router_command, router_url):
+        measured = asyncio.run(_measure(sim_url, router_url, settings))
+    document = {
+        "mode": "overhead",
+        "settings": asdict(settings),
+        "setup": (
+            "one `sim serve` engine (h100-qwen3-8b profile, model timing) and one `router serve` "
+            f"({settings.policy}) as separate processes on this machine; {settings.streams} "
+            "concurrent streams, each a program alternating direct and routed requests"
+        ),
+        "wall_s": round(time.perf_counter() - started, 1),
+        # Other work on the machine competes with the three processes: record how much.
+        "load_average_1m": {"before": load_before, "after": os.getloadavg()[0]},
+        "cpus": os.cpu_count(),
+        **measured,
+    }
+    if json_path:
+        write_json(json_path, document)
+    return document
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    defaults = OverheadSettings()
+    group = parser.add_argument_group("--mode overhead")
+    group.add_argument("--streams", type=positive_int, default=defaults.streams)
+    group.add_argument(
+        "--requests-per-stream", type=positive_int, default=defaults.requests_per_stream
+    )
+    group.add_argument("--time-scale", type=positive_float, default=defaults.time_scale)
+
+
+def main(args: argparse.Namespace) -> int:
+    settings = OverheadSettings(
+        streams=args.streams,
+        requests_per_stream=args.requests_per_stream,
+        time_scale=args.time_scale,
+    )
+    document = run_overhead(settings, args.json)
+    print(
+        f"router overhead at {settings.streams} streams ({document['samples_per_arm']} requests "
+        f"per arm): TTFT p50 +{document['overhead_p50_ms']} ms, p99 "
+        f"+{document['overhead_p99_ms']} ms (direct p50 {document['direct']['p50_ms']} ms, "
+        f"p99 {document['direct']['p99_ms']} ms)"
+    )
+    return 0

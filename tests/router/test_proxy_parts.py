@@ -1,0 +1,125 @@
+"""The proxy's pure parts: capacity parsing per engine, SSE framing and usage stripping, token
+deltas of a program's prompts, settings validation, the metrics text."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from lookahead_sdk.router.capacity import from_llamacpp, from_server_info, from_vllm_metrics
+from lookahead_sdk.router.exposition import ProxyCounters, render
+from lookahead_sdk.router.prompt_delta import PromptTracker
+from lookahead_sdk.router.proxy_config import ProxyConfig, parse_capacity
+from lookahead_sdk.router.slots import SlotTable
+from lookahead_sdk.router.sse import SseFramer, UsageTap
+from lookahead_sdk.router.thunder import ThunderPolicy
+
+URL = "http://gpu0:8000"
+
+
+def test_capacity_from_each_engine() -> None:
+    assert from_server_info(URL, {"max_total_num_tokens": 500_000}).kind == "sglang"
+    nested = {"internal_states": [{"max_total_num_tokens": 7}], "simulator": {}}
+    info = from_server_info(URL, nested)
+    assert (info.kind, info.capacity_tokens) == ("sim", 7)
+    assert from_server_info(URL, {"model_path": "x"}) is None
+    metrics = (
+        "# HELP vllm:cache_config_info Information of the LLMEngine CacheConfig\n"
+        "# TYPE vllm:cache_config_info gauge\n"
+        'vllm:cache_config_info{block_size="16",cache_dtype="auto",gpu_memory_utilization="0.9",'
+        'num_cpu_blocks="None",num_gpu_blocks="27000"} 1.0\n'
+    )
+    assert from_vllm_metrics(URL, metrics).capacity_tokens == 16 * 27000
+    assert from_vllm_metrics(URL, 'vllm:cache_config_info{num_gpu_blocks="None"} 1') is None
+    slots = [{"id": 0, "n_ctx": 4096}, {"id": 1, "n_ctx": 4096}]
+    info = from_llamacpp(URL, {"default_generation_settings": {"n_ctx": 4096}}, slots)
+    assert (info.kind, info.capacity_tokens, info.slots) == ("llamacpp", 8192, 2)
+    props = {"default_generation_settings": {"n_ctx": 2048}, "total_slots": 4}
+    assert from_llamacpp(URL, props, None).capacity_tokens == 8192
+
+
+def test_sse_framing_across_reads_and_usage_stripping() -> None:
+    content = {"choices": [{"index": 0, "delta": {"content": "hi"}}]}
+    usage = {"choices": [], "usage": {"total_tokens": 42}}
+    stream = (
+        f"data: {json.dumps(content)}\n\ndata: {json.dumps(usage)}\n\ndata: [DONE]\n\n".encode()
+    )
+    for cut in range(1, len(stream)):
+        framer, tap = SseFramer(), UsageTap(keep_usage=False)
+        events = framer.feed(stream[:cut]) + framer.feed(stream[cut:])
+        assert framer.rest() == b""
+        out = b"".join(tap.pass_event(e) for e in events)
+        assert b"usage" not in out and b"[DONE]" in out and b'"hi"' in out
+        assert tap.total_tokens == 42 and tap.content_chunks == 1
+    kept = UsageTap(keep_usage=True)
+    assert b"usage" in b"".join(kept.pass_event(e) for e in SseFramer().feed(stream))
+    # usage a backend puts on a content chunk by itself is read, and passed on untouched
+    both = {"choices": [{"index": 0, "delta": {"content": "x"}}], "usage": {"total_tokens": 5}}
+    event = f"data: {json.dumps(both)}\r\n\r\n".encode()
+    tap = UsageTap(keep_usage=False)
+    assert tap.pass_event(event) == event and tap.total_tokens == 5
+
+
+def test_prompt_deltas_count_what_a_request_adds() -> None:
+    tracker = PromptTracker(lambda text: len(text.split()), lambda m: len(m["content"].split()))
+    first = [{"role": "system", "content": "a b"}, {"role": "user", "content": "c d e"}]
+    assert tracker.new_tokens("p", {"messages": first}, remember=True) == 5
+    second = [*first, {"role": "assistant", "content": "f"}, {"role": "tool", "content": "g h"}]
+    assert tracker.new_tokens("p", {"messages": second}, remember=False) == 2  # a lookahead
+    assert tracker.new_tokens("p", {"messages": second}, remember=True) == 2  # reply skipped
+    rewritten = [{"role": "system", "content": "summary"}, {"role": "user", "content": "go"}]
+    assert tracker.new_tokens("p", {"messages": rewritten}, remember=True) == 2  # all of it
+    assert tracker.new_tokens("q", {"input_ids": [1, 2, 3]}, remember=True) == 3
+    assert tracker.new_tokens("q", {"input_ids": [1, 2, 3, 4, 5]}, remember=True) == 2
+    assert tracker.new_tokens("r", {"prompt": "one two"}, remember=True) == 2
+    assert tracker.new_tokens("r", {"prompt": "one two three"}, remember=True) == 1
+    tracker.forget("p")
+    tracker.forget("q")
+    tracker.forget("r")
+    assert len(tracker) == 0
+
+
+def test_proxy_settings_are_validated() -> None:
+    config = ProxyConfig(("http://a:1/", "http://b:2/v1"), capacities={"http://a:1": 10})
+    assert config.backends == ("http://a:1", "http://b:2")
+    assert parse_capacity("http://a:1/v1=5") == ("http://a:1", 5)
+    for bad in (
+        {"backends": ()},
+        {"backends": ("a:1",)},
+        {"backends": ("http://a:1", "http://a:1/")},
+        {"backends": ("http://a:1",), "capacities": {"http://c:3": 5}},
+        {"backends": ("http://a:1",), "capacities": {"http://a:1": 0}},
+        {"backends": ("http://a:1",), "policy": "random"},
+        {"backends": ("http://a:1",), "retry_s": 0},
+    ):
+        with pytest.raises(ValueError):
+            ProxyConfig(**bad)  # type: ignore[arg-type]
+    for bad_capacity in ("http://a:1", "http://a:1=x", "http://a:1=0", "a:1=5"):
+        with pytest.raises(ValueError):
+            parse_capacity(bad_capacity)
+
+
+def test_metrics_text_escapes_labels_and_counts() -> None:
+    core = ThunderPolicy()
+    core.add_backend('http://a"b', 100)
+    core.request_arrived("p", "r1", 10, 0.0)
+    counters = ProxyCounters()
+    counters.request("chat", "ok")
+    text = render(core.metrics(), core.programs(), counters, pending_backends=["http://c"])
+    assert 'lookahead_router_backend_up{backend="http://a\\"b"} 1' in text
+    assert 'lookahead_router_backend_up{backend="http://c"} 0' in text
+    assert 'lookahead_router_programs{status="active",phase="reasoning"} 1' in text
+    assert 'lookahead_router_requests_total{route="chat",outcome="ok"} 1' in text
+    assert text.endswith("\n")
+
+
+def test_slot_table_keeps_a_program_in_its_slot() -> None:
+    table = SlotTable(3)
+    assert table.slot_for("a", lookahead=False) == 0
+    assert table.slot_for("b", lookahead=False) == 1
+    assert table.slot_for("a", lookahead=True) == 2  # the lookahead branch: another slot
+    assert table.slot_for("a", lookahead=False) == 0
+    assert table.slot_for("c", lookahead=False) is None  # all taken: llama.cpp picks
+    table.forget("a")
+    assert table.slot_for("c", lookahead=False) == 0 and len(table) == 2
