@@ -4,85 +4,13 @@
     python examples/langchain_agent.py --base-url URL         # any OpenAI-compatible server
     python examples/langchain_agent.py --mode sync            # same agent, transforms on the critical path
 
-The policy is swapped in one line: replace the `@context_policy(...)` decorator's argument, e.g.
-`@context_policy(Offload(threshold=200, hard_limit=2400))`.
+The agent is `lookahead_sdk/bench/examples/langchain_agent.py`, shipped in the package so that
+`lookahead-sdk bench adapters` runs it from any install; its `run()` is re-exported here.
 """
 
-from __future__ import annotations
+from lookahead_sdk.bench.examples.langchain_agent import main, run
 
-import asyncio
-
-from langchain.agents import create_agent
-from langchain.agents.middleware import ModelCallLimitMiddleware
-from langchain_core.tools import StructuredTool
-from langchain_openai import ChatOpenAI
-
-from lookahead_sdk import context_policy
-from lookahead_sdk.adapters.langchain import LookaheadCallbackHandler, LookaheadMiddleware
-from lookahead_sdk.bench import examples as demo
-from lookahead_sdk.client.endpoint import Endpoint
-from lookahead_sdk.core.runtime import RuntimeMode
-from lookahead_sdk.strategies import Summarize
-
-
-@context_policy(Summarize(lookahead_at=1200, hard_limit=2400, recent_budget=400, summary_tokens=48))
-async def run(
-    endpoint: Endpoint, mode: RuntimeMode, steps: int, tool_latency_s: float = 0.0
-) -> list[demo.TurnRow]:
-    gate = endpoint.slack_gate()
-    middleware = LookaheadMiddleware(  # takes its policy from @context_policy
-        mode=mode,
-        summarizer=endpoint.chat_client(gate),
-        warmer=endpoint.warmer(gate) if mode == "lookahead" else None,
-        window_tokens=endpoint.window_tokens,
-        token_counter=endpoint.token_counter(),
-    )
-    model = ChatOpenAI(
-        model=endpoint.model,
-        base_url=endpoint.openai_base_url,
-        api_key="not-needed",
-        http_client=endpoint.http_client(),
-        http_async_client=endpoint.async_http_client(),
-        temperature=0,
-        max_tokens=96,
-        streaming=True,
-    )
-    tools = [
-        StructuredTool.from_function(coroutine=demo.source_reader(latency_s=tool_latency_s)),
-        *middleware.tools,
-    ]
-    agent = create_agent(
-        model,
-        tools,
-        system_prompt=demo.SYSTEM_PROMPT,
-        middleware=[middleware, ModelCallLimitMiddleware(run_limit=steps, exit_behavior="end")],
-    )
-    observer = LookaheadCallbackHandler(endpoint.token_counter())
-    try:
-        await agent.ainvoke(
-            {"messages": [{"role": "user", "content": demo.task()}]}, {"callbacks": [observer]}
-        )
-    finally:
-        await middleware.aclose()
-    return [
-        demo.TurnRow(
-            index,
-            call.commit,
-            call.context_tokens,
-            None if seen.first_token_at is None else seen.first_token_at - call.started_at,
-        )
-        for index, (call, seen) in enumerate(
-            zip(middleware.calls, observer.model_calls, strict=False)
-        )
-    ]
-
-
-def main() -> None:
-    args = demo.example_parser(__doc__).parse_args()
-    with demo.example_endpoint(args) as endpoint:
-        rows = asyncio.run(run(endpoint, args.mode, args.steps, args.tool_latency))
-    demo.report(args, "LangChain agent", endpoint, rows)
-
+__all__ = ["main", "run"]
 
 if __name__ == "__main__":
     main()

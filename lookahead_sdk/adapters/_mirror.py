@@ -157,6 +157,25 @@ class HistoryMirror(Generic[M]):
         """The runtime's history is not the framework's list (a commit rewrote it)."""
         return len(self.seen) != len(self.main) or any(map(operator.is_not, self.seen, self.main))
 
+    def restore(self, messages: Sequence[Message], items: Sequence[M] | None = None) -> SyncPlan:
+        """The runtime just loaded a saved history `messages`: mirror it. Without `items`, as new
+        framework items (`main_items`). With the framework's own list `items`, those matching the
+        saved history in content are paired with it and the rest is the plan (appended; or, when
+        the list does not start with that history, it replaces it)."""
+        if items is None:
+            entries = []
+            for message in messages:
+                item = self.from_openai(message)
+                entries.append(Entry(item, self.key(item), message, message_digest(message)))
+            self.seen, self.main = entries, list(entries)
+            return SyncPlan([])
+        entries = [self.entry(item) for item in items]
+        self.seen, self.main = entries, list(entries)
+        saved = [message_digest(message) for message in messages]
+        if [entry.digest for entry in entries[: len(saved)]] == saved:
+            return SyncPlan([entry.message for entry in entries[len(saved) :]])
+        return SyncPlan([], replace=[entry.message for entry in entries])
+
     def main_items(self) -> list[M]:
         return [e.item for e in self.main]
 

@@ -18,13 +18,14 @@ For a server that cannot emit tool calls itself (the embedded engine), the `tool
 clients also obtain them by constrained decoding; `Endpoint` picks the right client for a server.
 """
 
-from lookahead_sdk.base.tags import RequestTags, current_tags, program, use_tags
-from lookahead_sdk.client.endpoint import Endpoint, probe_server
+from lookahead_sdk.base.protocol import RequestTags
+from lookahead_sdk.base.tags import current_tags, program, use_tags
+from lookahead_sdk.client.endpoint import Endpoint
+from lookahead_sdk.client.session import ServerFacts, ServerSession
 from lookahead_sdk.client.toolcall_transport import (
     AsyncToolCallTransport,
     ToolCallTransport,
     ToolCallWarmer,
-    server_needs_tool_emulation,
     tool_call_async_http_client,
     tool_call_http_client,
 )
@@ -40,13 +41,13 @@ __all__ = [
     "AsyncToolCallTransport",
     "Endpoint",
     "RequestTags",
+    "ServerFacts",
+    "ServerSession",
     "TaggingTransport",
     "ToolCallTransport",
     "ToolCallWarmer",
     "current_tags",
-    "probe_server",
     "program",
-    "server_needs_tool_emulation",
     "tagged_async_http_client",
     "tagged_http_client",
     "tool_call_async_http_client",

@@ -1,7 +1,8 @@
 """Pluggable token counting that never downloads anything.
 
-Preference order (see `auto_token_counter`): the serving engine's own tokenizer (`/tokenize`),
-tiktoken with BPE data already on disk, then a bytes/4 approximation.
+Preference order (see `auto_token_counter`): the serving engine's own tokenizer (llama.cpp,
+vLLM or SGLang over HTTP), tiktoken with BPE data already on disk, then a bytes/4 approximation.
+`CalibratedTokenCounter` scales any of them to the prompt sizes the model reports.
 """
 
 from __future__ import annotations
@@ -12,8 +13,9 @@ import logging
 import math
 import os
 from collections import OrderedDict
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Protocol, runtime_checkable
+from typing import Any, Protocol, runtime_checkable
 
 import httpx
 
@@ -111,31 +113,126 @@ def find_tiktoken_file(encoding: str) -> Path | None:
     return None
 
 
-class ServerTokenCounter:
-    """The engine's own tokenizer via llama.cpp / SGLang-style `POST /tokenize`."""
+@dataclass(frozen=True)
+class TokenizeDialect:
+    """How one serving engine tokenizes text over HTTP."""
 
-    def __init__(self, base_url: str, *, timeout_s: float = 5.0) -> None:
+    name: str
+    path: str
+    text_field: str  # "content" (llama.cpp) or "prompt" (vLLM, SGLang, with the model name)
+
+    def body(self, text: str, model: str | None) -> dict[str, Any]:
+        if self.text_field == "content":
+            return {"content": text, "add_special": False}
+        return {"model": model or "default", "prompt": text, "add_special_tokens": False}
+
+
+# Tried in this order; the first that answers a token list is kept. llama.cpp goes first: asked
+# in another dialect it answers 200 with an empty list, which the probe does not accept.
+TOKENIZE_DIALECTS: tuple[TokenizeDialect, ...] = (
+    TokenizeDialect("llama.cpp", "/tokenize", "content"),
+    TokenizeDialect("vllm", "/tokenize", "prompt"),
+    TokenizeDialect("sglang", "/v1/tokenize", "prompt"),
+)
+
+
+class ServerTokenCounter:
+    """The serving engine's own tokenizer over HTTP: llama.cpp `POST /tokenize {content}`, vLLM
+    `POST /tokenize {model, prompt}`, SGLang `POST /v1/tokenize {model, prompt}`. The dialect is
+    the one given, else the first that answers a token list (`probe`)."""
+
+    def __init__(
+        self,
+        base_url: str,
+        *,
+        model: str | None = None,
+        dialect: TokenizeDialect | None = None,
+        timeout_s: float = 5.0,
+    ) -> None:
         self.base_url = base_url.rstrip("/").removesuffix("/v1")
-        self.name = f"server:{self.base_url}/tokenize"
+        self.model = model
+        self.dialect = dialect
         self._client = httpx.Client(timeout=timeout_s)
 
-    def count_text(self, text: str) -> int:
-        response = self._client.post(f"{self.base_url}/tokenize", json={"content": text})
+    @property
+    def name(self) -> str:
+        dialect = self.dialect.name if self.dialect else "unprobed"
+        return f"server:{self.base_url} ({dialect})"
+
+    def _count(self, dialect: TokenizeDialect, text: str) -> int:
+        response = self._client.post(
+            f"{self.base_url}{dialect.path}", json=dialect.body(text, self.model)
+        )
         response.raise_for_status()
         body = response.json()
-        tokens = body.get("tokens", body.get("input_ids"))
+        if isinstance(body, dict) and isinstance(body.get("count"), int):
+            return body["count"]
+        tokens = body.get("tokens", body.get("input_ids")) if isinstance(body, dict) else None
         if not isinstance(tokens, list):
-            raise ValueError(f"{self.base_url}/tokenize answered without a token list: {body!r}")
+            raise ValueError(
+                f"{self.base_url}{dialect.path} answered without a token list: {body!r}"
+            )
         return len(tokens)
 
+    def count_text(self, text: str) -> int:
+        if self.dialect is None and not self.probe():
+            raise ValueError(f"{self.base_url} tokenizes in none of the known dialects")
+        assert self.dialect is not None
+        return self._count(self.dialect, text)
+
     def probe(self) -> bool:
-        try:
-            return self.count_text("probe") > 0
-        except (httpx.HTTPError, ValueError):
-            return False
+        """Whether the server tokenizes (finding its dialect when none was given)."""
+        for dialect in (self.dialect,) if self.dialect else TOKENIZE_DIALECTS:
+            try:
+                if self._count(dialect, "probe") > 0:
+                    self.dialect = dialect
+                    return True
+            except (httpx.HTTPError, ValueError):
+                continue
+        return False
 
     def close(self) -> None:
         self._client.close()
+
+
+class CalibratedTokenCounter:
+    """Another counter's counts scaled to what the model reports: `observe(estimated, actual)`
+    with a request's estimated prompt size and its `usage.prompt_tokens` moves the scale factor
+    towards their ratio (an exponential moving average, bounded), as LangChain's
+    `count_tokens_approximately(use_usage_metadata_scaling=True)` scales by the latest usage.
+    Framework adapters feed it every model call whose usage the framework returns."""
+
+    def __init__(
+        self,
+        inner: TokenCounter,
+        *,
+        smoothing: float = 0.3,
+        bounds: tuple[float, float] = (0.25, 4.0),
+        min_tokens: int = 32,
+    ) -> None:
+        self.inner = inner
+        self.smoothing = smoothing
+        self.bounds = bounds
+        self.min_tokens = min_tokens
+        self.scale = 1.0
+        self.observations = 0
+
+    @property
+    def name(self) -> str:
+        return f"{self.inner.name} x{self.scale:.3f}"
+
+    def count_text(self, text: str) -> int:
+        count = self.inner.count_text(text)
+        return count if self.scale == 1.0 else math.ceil(count * self.scale)
+
+    def observe(self, estimated: int, actual: int) -> None:
+        """A request estimated at `estimated` tokens (with the current scale) was `actual`."""
+        if estimated < self.min_tokens or actual <= 0:
+            return  # too small to say anything about the ratio
+        low, high = self.bounds
+        target = self.scale * actual / estimated
+        self.scale = min(high, max(low, self.scale + self.smoothing * (target - self.scale)))
+        self.observations += 1
 
 
 class CachedTokenCounter:
@@ -159,10 +256,12 @@ class CachedTokenCounter:
         return count
 
 
-def auto_token_counter(base_url: str | None = None) -> CachedTokenCounter:
+def auto_token_counter(
+    base_url: str | None = None, *, model: str | None = None
+) -> CachedTokenCounter:
     """Server tokenizer when the server has one, else offline tiktoken, else the approximation."""
     if base_url:
-        server = ServerTokenCounter(base_url)
+        server = ServerTokenCounter(base_url, model=model)
         if server.probe():
             return CachedTokenCounter(server)
         server.close()

@@ -1,7 +1,7 @@
 """`bench adapters`: the framework adapters' figures.
 
-1. Transform-turn TTFT, sync vs lookahead, for each framework example (examples/*.py) on the
-   embedded engine, run back to back in one invocation. Each run gets a freshly started engine,
+1. Transform-turn TTFT, sync vs lookahead, for each framework example
+   (`lookahead_sdk.bench.examples`, which `examples/*.py` run) on the embedded engine, run back to back in one invocation. Each run gets a freshly started engine,
    so no run inherits another's prefix cache; both modes run the same agent on the same task
    (temperature 0), so they see the same contexts up to the first commit. Tool calls take
    `--tool-latency` seconds (a remote sandbox, as in `bench ttft`): on llama.cpp, lookahead work
@@ -18,6 +18,7 @@ import argparse
 import asyncio
 import json
 import logging
+import math
 import os
 import subprocess
 import sys
@@ -28,19 +29,33 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from lookahead_sdk.bench.common import new_figure, percentile, progress, save_figure, write_json
+from rich.console import Console
+from rich.table import Table
+
+from lookahead_sdk.base.args import (
+    comma_list,
+    existing_dir,
+    non_negative_float,
+    one_of,
+    output_file,
+    port,
+    positive_int,
+)
+from lookahead_sdk.bench.common import (
+    compact_table,
+    new_figure,
+    percentile,
+    progress,
+    save_figure,
+    write_json,
+)
 from lookahead_sdk.bench.ttft import DEFAULT_TOOL_LATENCY_S
 
 FRAMEWORKS: tuple[str, ...] = ("reference", "langchain", "llamaindex", "autogen")
-EXAMPLE_FILES = {name: f"{name}_agent.py" for name in FRAMEWORKS}
 MODES = ("sync", "lookahead")
 OVERHEAD_TARGET_MS = 1.0
 TOOL_OUTPUT_WORDS = 480  # about 650 tokens, one workload step
 HUGE_WINDOW = 10_000_000  # no trigger ever fires: the overhead run times the adapter alone
-
-
-def default_examples_dir() -> Path:
-    return Path(__file__).resolve().parents[2] / "examples"
 
 
 # -- 1. TTFT of the framework examples ---------------------------------------------------------
@@ -56,16 +71,23 @@ class ExampleRun:
     load_average: tuple[float, float] = (0.0, 0.0)  # 1-minute load before and after the run
 
 
+def example_command(framework: str, examples: Path | None) -> list[str]:
+    """How to run a framework's example: the packaged module, or a script in `examples`."""
+    if examples is None:
+        return [sys.executable, "-m", f"lookahead_sdk.bench.examples.{framework}_agent"]
+    return [sys.executable, str(examples / f"{framework}_agent.py")]
+
+
 def run_example(
-    script: Path, base_url: str, mode: str, steps: int, tool_latency_s: float
+    example: list[str], base_url: str, mode: str, steps: int, tool_latency_s: float
 ) -> ExampleRun:
     with tempfile.TemporaryDirectory(prefix="lookahead-bench-") as scratch:
         out = Path(scratch) / "rows.json"
         load_before = os.getloadavg()[0]
         started = time.perf_counter()
         command = [
-            sys.executable,
-            str(script),
+            *example,
+            "--quiet",
             "--base-url",
             base_url,
             "--mode",
@@ -80,7 +102,8 @@ def run_example(
         completed = subprocess.run(command, capture_output=True, text=True, check=False)
         if completed.returncode != 0 or not out.exists():
             raise RuntimeError(
-                f"{script.name} --mode {mode} failed ({completed.returncode}):\n{completed.stderr[-3000:]}"
+                f"{' '.join(example[1:])} --mode {mode} failed ({completed.returncode}):\n"
+                f"{completed.stderr[-3000:]}"
             )
         document = json.loads(out.read_text())
     run = ExampleRun(
@@ -103,7 +126,7 @@ def run_ttft(
     frameworks: tuple[str, ...],
     steps: int,
     tool_latency_s: float,
-    examples: Path,
+    examples: Path | None,
     port: int,
     on_run: Callable[[str, str], None],
 ) -> list[ExampleRun]:
@@ -115,15 +138,11 @@ def run_ttft(
     runs = []
     try:
         for framework in frameworks:
-            script = examples / EXAMPLE_FILES[framework]
-            if not script.is_file():
-                raise FileNotFoundError(
-                    f"no example {script}: run from a source checkout or pass --examples DIR"
-                )
+            example = example_command(framework, examples)
             for mode in MODES:
                 on_run(framework, mode)
                 base_url = engine.restart()  # a clean prefix cache for every run
-                runs.append(run_example(script, base_url, mode, steps, tool_latency_s))
+                runs.append(run_example(example, base_url, mode, steps, tool_latency_s))
     finally:
         engine.stop()
     return runs
@@ -151,6 +170,11 @@ def tool_output(n: int) -> str:
     return f"[{n}] " + " ".join(f"def f{n}_{k}(x): return x" for k in range(TOOL_OUTPUT_WORDS // 5))
 
 
+def _kept(turns: int) -> int:
+    """Records an overhead run keeps: every turn of it (the adapters keep the recent 1,000)."""
+    return turns + 2
+
+
 def _steady(clock_turns_ms: list[float]) -> list[float]:
     """Drop the first turn (it creates the runtime and its thread) and the final answer turn."""
     return clock_turns_ms[1:-1] if len(clock_turns_ms) > 2 else clock_turns_ms
@@ -175,7 +199,9 @@ def overhead_langchain(turns: int, *, sync: bool) -> OverheadRun:
     ]
     replies.append(AIMessage("done"))
     read = StructuredTool.from_function(func=tool_output, name="read", description="read chunk n")
-    middleware = LookaheadMiddleware(Summarize(), window_tokens=HUGE_WINDOW)
+    middleware = LookaheadMiddleware(
+        Summarize(), window_tokens=HUGE_WINDOW, keep_calls=_kept(turns)
+    )
     agent = create_agent(
         ToolCallingFake(messages=iter(replies)),
         [read],
@@ -229,6 +255,7 @@ def overhead_llamaindex(turns: int) -> OverheadRun:
         MockFunctionCallingLLM(response_generator=respond, is_chat_model=True),
         Summarize(),
         window_tokens=HUGE_WINDOW,
+        keep_calls=_kept(turns),
     )
     agent = FunctionAgent(tools=[read], llm=llm, system_prompt="Analyze.")
 
@@ -278,7 +305,11 @@ def overhead_autogen(turns: int) -> OverheadRun:
         return tool_output(n)
 
     context = LookaheadChatCompletionContext(
-        Summarize(), system_message="Analyze.", window_tokens=HUGE_WINDOW
+        Summarize(),
+        model_client=client,
+        system_message="Analyze.",
+        window_tokens=HUGE_WINDOW,
+        keep_calls=_kept(turns),
     )
     agent = AssistantAgent(
         "analyst",
@@ -399,52 +430,62 @@ def plot(document: dict[str, Any], path: str | Path) -> Path:
     return save_figure(figure, path)
 
 
-def print_summary(document: dict[str, Any]) -> None:
-    from rich.console import Console
-    from rich.table import Table
+ADAPTERS_LEGEND = (
+    "p50 TTFT of T: transform turns (a commit or a synchronous transform), N: normal turns; "
+    "cut: 1 - look T / sync T; T turns: transform turns of the sync / lookahead run. Overhead: "
+    "the adapter's own time per model turn (fake model), and the framework's whole turn."
+)
 
-    console = Console()
+
+def summary_tables(document: dict[str, Any]) -> list[Table]:
+    """The summary in tables that fit 80 columns (ADAPTERS_LEGEND explains the headers)."""
     result = summary(document)
+    tables = []
     if result["ttft"]:
-        table = Table(
-            title="Transform-turn TTFT p50, sync vs lookahead (framework examples, embedded engine)"
+        ttft = compact_table(
+            "Transform-turn TTFT p50 (framework examples, embedded engine)",
+            ("framework", "sync T", "look T", "cut", "sync N", "look N", "T turns"),
         )
-        for column in (
-            "framework",
-            "sync T",
-            "lookahead T",
-            "reduction",
-            "sync N",
-            "lookahead N",
-            "T turns (sync/look)",
-        ):
-            table.add_column(column, justify="right")
         for name, row in result["ttft"].items():
-            table.add_row(
+            ttft.add_row(
                 name,
-                f"{row.get('sync_transform_p50_s', float('nan')):.2f}s",
-                f"{row.get('lookahead_transform_p50_s', float('nan')):.2f}s",
-                f"{row['reduction']:.0%}",
-                f"{row.get('sync_normal_p50_s', float('nan')):.2f}s",
-                f"{row.get('lookahead_normal_p50_s', float('nan')):.2f}s",
+                _seconds(row.get("sync_transform_p50_s")),
+                _seconds(row.get("lookahead_transform_p50_s")),
+                "-" if math.isnan(row["reduction"]) else f"{row['reduction']:.0%}",
+                _seconds(row.get("sync_normal_p50_s")),
+                _seconds(row.get("lookahead_normal_p50_s")),
                 f"{row.get('sync_transform_turns', 0)}/{row.get('lookahead_transform_turns', 0)}",
             )
-        console.print(table)
-    table = Table(title=f"Adapter overhead per model turn (target p50 <= {OVERHEAD_TARGET_MS} ms)")
-    for column in ("framework", "p50", "p99", "framework turn (mean)"):
-        table.add_column(column, justify="right")
-    for name, row in result["overhead"].items():
-        table.add_row(
-            name, f"{row['p50_ms']:.3f} ms", f"{row['p99_ms']:.3f} ms", f"{row['turn_ms']:.2f} ms"
+        tables.append(ttft)
+    if result["overhead"]:
+        overhead = compact_table(
+            f"Adapter overhead per model turn (target p50 <= {OVERHEAD_TARGET_MS} ms)",
+            ("adapter", "p50", "p99", "framework turn"),
         )
-    console.print(table)
+        for name, row in result["overhead"].items():
+            overhead.add_row(
+                name,
+                f"{row['p50_ms']:.3f} ms",
+                f"{row['p99_ms']:.3f} ms",
+                f"{row['turn_ms']:.2f} ms",
+            )
+        tables.append(overhead)
+    return tables
+
+
+def _seconds(value: float | None) -> str:
+    return "-" if value is None or math.isnan(value) else f"{value:.2f}s"
+
+
+def print_summary(document: dict[str, Any], console: Console | None = None) -> None:
+    console = console or Console()
+    for table in summary_tables(document):
+        console.print(table)
+    console.print(ADAPTERS_LEGEND, markup=False, highlight=False)
 
 
 def main(args: argparse.Namespace) -> int:
-    frameworks = tuple(args.frameworks.split(","))
-    unknown = set(frameworks) - set(FRAMEWORKS)
-    if unknown:
-        raise ValueError(f"--frameworks must be among {FRAMEWORKS}, got {sorted(unknown)}")
+    frameworks: tuple[str, ...] = args.frameworks
     document: dict[str, Any] = {
         "overhead_target_ms": OVERHEAD_TARGET_MS,
         "steps": args.steps,
@@ -462,7 +503,7 @@ def main(args: argparse.Namespace) -> int:
                 bar.update(task, description=f"{framework} example, {mode} mode")
 
             runs = run_ttft(
-                frameworks, args.steps, args.tool_latency, Path(args.examples), args.port, on_run
+                frameworks, args.steps, args.tool_latency, args.examples, args.port, on_run
             )
             document["ttft_runs"] = [
                 {**asdict(run), "framework_key": key}
@@ -481,26 +522,38 @@ def register(bench_subparsers: argparse._SubParsersAction) -> None:
     parser = bench_subparsers.add_parser(
         "adapters", help="framework adapters: transform-turn TTFT sync vs lookahead, hook overhead"
     )
-    parser.add_argument("--json", required=True, help="where to write the JSON results")
-    parser.add_argument("--plot", help="where to write a PNG plot")
     parser.add_argument(
-        "--frameworks", default=",".join(FRAMEWORKS), help=f"comma-separated, among {FRAMEWORKS}"
+        "--json", type=output_file, required=True, metavar="PATH", help="the JSON results"
     )
-    parser.add_argument("--steps", type=int, default=16, help="model calls per example run")
+    parser.add_argument("--plot", type=output_file, metavar="PATH", help="a PNG plot")
+    parser.add_argument(
+        "--frameworks",
+        type=comma_list(one_of(FRAMEWORKS)),
+        default=FRAMEWORKS,
+        metavar="F,F,...",
+        help=f"comma-separated, among {','.join(FRAMEWORKS)} (default: all)",
+    )
+    parser.add_argument(
+        "--steps", type=positive_int, default=16, help="model calls per example run"
+    )
     parser.add_argument(
         "--tool-latency",
-        type=float,
+        type=non_negative_float,
         default=DEFAULT_TOOL_LATENCY_S,
         help="mean seconds a tool call takes in the examples (a remote sandbox; 0.5x-1.5x per call)",
     )
     parser.add_argument(
-        "--turns", type=int, default=200, help="turns per overhead run (fake models)"
+        "--turns", type=positive_int, default=200, help="turns per overhead run (fake models)"
     )
     parser.add_argument(
-        "--examples", default=str(default_examples_dir()), help="the examples directory"
+        "--examples",
+        type=existing_dir,
+        metavar="DIR",
+        help="run NAME_agent.py scripts from DIR (e.g. edited copies) instead of the packaged "
+        "examples (lookahead_sdk.bench.examples)",
     )
     parser.add_argument(
-        "--port", type=int, default=8095, help="embedded engine port (restarted for every run)"
+        "--port", type=port, default=8095, help="embedded engine port (restarted for every run)"
     )
     parser.add_argument(
         "--skip-ttft", action="store_true", help="only the overhead part (no engine)"

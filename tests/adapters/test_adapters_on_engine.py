@@ -107,6 +107,7 @@ def test_langchain_middleware_on_the_engine(endpoint: Endpoint, proxy: Recording
         warmer=endpoint.warmer(gate),
         token_counter=endpoint.token_counter(),
         tags=RequestTags(program_id="lc-engine"),
+        release_after_agent=False,  # the test reads the thread's runtime after the run
     )
     model = ChatOpenAI(
         model=endpoint.model,
@@ -224,6 +225,7 @@ def test_autogen_context_on_the_engine_and_its_state_round_trip(
         gate = endpoint.slack_gate()
         return LookaheadChatCompletionContext(
             small_policy(),
+            model_client=client,  # its server reports the window
             system_message=demo.SYSTEM_PROMPT,
             model=endpoint.model,
             summarizer=endpoint.chat_client(gate),
@@ -318,3 +320,71 @@ def test_examples_run_end_to_end(example: str, embedded_engine: Any, tmp_path: A
     assert completed.returncode == 0, completed.stderr[-2000:]
     rows = json.loads(out.read_text())["rows"]
     assert rows and all(row["context_tokens"] > 0 for row in rows)
+
+
+def test_a_framework_agent_through_the_endpoints_warmer_copies_its_live_context(
+    endpoint: Endpoint, proxy: RecordingProxy, tmp_path: Any
+) -> None:
+    """On the embedded engine `Endpoint.warmer()` wraps the llama.cpp warmer for tool-call
+    emulation; every hook must still reach it. Past Offload's trigger with nothing left to
+    offload, each model turn's live context is copied into the program's branch slot while its
+    tools run (llama.cpp slot save + restore, seen by the server) and the copies are counted."""
+    from langchain.agents import create_agent
+    from langchain.agents.middleware import ModelCallLimitMiddleware
+    from langchain_core.tools import StructuredTool
+    from langchain_openai import ChatOpenAI
+
+    from lookahead_sdk import OffloadStore
+    from lookahead_sdk.adapters.langchain import LookaheadMiddleware
+    from lookahead_sdk.strategies import Offload
+
+    assert endpoint.emulate_tool_calls, "the embedded engine needs tool-call emulation"
+    config = endpoint.runtime_config(tags=RequestTags(program_id="lc-copies"))
+    spends: list[object] = []
+    inner = config.warmer.inner  # type: ignore[union-attr]
+    original = inner.warm
+
+    async def recording_warm(*args: Any, **kwargs: Any) -> Any:
+        spends.append(kwargs.get("spend"))
+        return await original(*args, **kwargs)
+
+    inner.warm = recording_warm  # type: ignore[method-assign]
+    # Outputs of 12 lines stay below the offload threshold: nothing to offload, past the trigger.
+    policy = Offload(
+        threshold=2000, lookahead_at=300, hard_limit=6000, store=OffloadStore(tmp_path)
+    )
+    middleware = LookaheadMiddleware(policy, config, release_after_agent=False)
+    model = ChatOpenAI(
+        model=endpoint.model,
+        base_url=endpoint.openai_base_url,
+        api_key="x",
+        temperature=0,
+        max_tokens=MAX_TOKENS,
+        http_async_client=endpoint.async_http_client(),
+        streaming=True,
+    )
+    agent = create_agent(
+        model,
+        [StructuredTool.from_function(coroutine=demo.source_reader(lines=12, latency_s=0.5))],
+        system_prompt=demo.SYSTEM_PROMPT,
+        middleware=[middleware, ModelCallLimitMiddleware(run_limit=5, exit_behavior="end")],
+    )
+
+    async def go() -> RuntimeStats:
+        try:
+            await agent.ainvoke({"messages": [{"role": "user", "content": demo.task()}]})
+            hosted = middleware.runtime_for().hosted
+            await hosted.acall(_settled)
+            return hosted.runtime.stats
+        finally:
+            await middleware.aclose()
+
+    stats = asyncio.run(go())
+    saves = [r.path for r in proxy.requests if r.path.startswith("/slots/")]
+    assert stats.live_copies >= 1, "no live-context copy reached the engine"
+    assert len(saves) >= 2 * stats.live_copies  # each copy: a save of the live slot, a restore
+    assert all(spend is not None for spend in spends)  # warm-ups report what they computed
+
+
+async def _settled(runtime: Any) -> None:
+    await runtime.settle()

@@ -28,7 +28,7 @@ from autogen_ext.models.replay import ReplayChatCompletionClient
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from lookahead_sdk import RequestTags, context_policy
+from lookahead_sdk import RequestTags, context_policy, tagged_async_http_client
 from lookahead_sdk.adapters.autogen import (
     LookaheadChatCompletionContext,
     LookaheadModelClient,
@@ -85,6 +85,7 @@ def replay(calls: int) -> RecordingReplay:
 
 
 def context(policy: Any = None, **kwargs: Any) -> LookaheadChatCompletionContext:
+    kwargs.setdefault("window_tokens", 8192)  # the replay client reports no window
     return LookaheadChatCompletionContext(
         policy if policy is not None else KeepRecent(budget=400, lookahead_at=600, hard_limit=900),
         system_message="analyze",
@@ -194,15 +195,15 @@ def test_load_state_rejects_foreign_state() -> None:
 
 
 def test_decorator_swaps_the_policy_in_one_line() -> None:
-    base = context(Summarize())
+    base = context(Summarize(), model_client=replay(0))
     swapped = context_policy(Offload())(base)
-    assert isinstance(swapped, LookaheadChatCompletionContext) and isinstance(
-        swapped.settings.policy, Offload
-    )
-    assert swapped.system_message == base.system_message
+    # In place: an agent already built with this context runs the new policy.
+    assert swapped is base and isinstance(base.settings.policy, Offload)
 
 
-def test_client_merges_tags_with_its_own_and_the_calls_extra_body() -> None:
+def test_client_tags_requests_through_the_transport_and_leaves_extra_body_to_autogen() -> None:
+    """Tags travel through the tagging transport (public API only: the wrapper never reads the
+    client's own extra_body, so it never rewrites the call's)."""
     with RecordingProxy() as proxy:
         inner = OpenAIChatCompletionClient(
             model="m",
@@ -211,8 +212,10 @@ def test_client_merges_tags_with_its_own_and_the_calls_extra_body() -> None:
             model_info=INFO,
             extra_body={"own": 1},
             max_retries=0,
+            http_client=tagged_async_http_client(wire="openai"),
         )
-        ctx = context_policy(Summarize())(context(Offload(), model="m"))  # swapped: keeps the rest
+        # swapped: keeps the rest
+        ctx = context_policy(Summarize())(context(Offload(), model="m", model_client=inner))
         client = LookaheadModelClient(inner, context=ctx, tags=RequestTags(program_id="ag-agent"))
 
         async def go() -> Any:
@@ -229,7 +232,7 @@ def test_client_merges_tags_with_its_own_and_the_calls_extra_body() -> None:
         shape = asyncio.run(go())
         (body,) = proxy.bodies("/chat/completions")
     assert body["program_id"] == "ag-agent" and body["priority_class"] == "lc"
-    assert body["own"] == 1 and body["per_call"] == 2
+    assert body["per_call"] == 2  # the call's extra_body, as AutoGen merges it
     # Warm-ups render with what the request carried besides messages: the same tools and model.
     assert list(shape.tools) == body["tools"] and shape.model == body["model"]
 

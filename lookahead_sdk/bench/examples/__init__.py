@@ -1,6 +1,9 @@
-"""What the example agents share: their task, a real tool, and the per-turn report.
+"""The example agents (`reference_agent`, `langchain_agent`, `llamaindex_agent`,
+`autogen_agent`, each `python -m lookahead_sdk.bench.examples.NAME` or `python
+examples/NAME.py`) and what they share: their task, a real tool, the per-turn report.
 
-The tool reads the running interpreter's standard-library sources (the reference workload's
+They live in the package so that `lookahead-sdk bench adapters` finds them in any install. The
+tool reads the running interpreter's standard-library sources (the reference workload's
 corpus, through its own reader). Its `path` is a Literal of file names, which every framework
 turns into a JSON-schema enum: a small model writing calls under constrained decoding can then
 only name files that exist.
@@ -9,9 +12,11 @@ only name files that exist.
 from __future__ import annotations
 
 import argparse
+import asyncio
+import contextlib
 import inspect
 import random
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Annotated, Literal, get_args
@@ -20,8 +25,16 @@ from rich.console import Console
 from rich.table import Table
 
 from lookahead_sdk.agent.workload import corpus_root, read_source_tool
+from lookahead_sdk.base.args import (
+    CommandParser,
+    http_url,
+    non_negative_float,
+    output_file,
+    port,
+    positive_int,
+)
 from lookahead_sdk.base.tools import Tool
-from lookahead_sdk.bench.common import write_json
+from lookahead_sdk.bench.common import compact_table, write_json
 from lookahead_sdk.client.endpoint import Endpoint
 from lookahead_sdk.core.runtime import CommitKind
 
@@ -128,40 +141,107 @@ def write_turns(
 
 
 def print_turns(title: str, rows: Sequence[TurnRow], console: Console | None = None) -> None:
-    table = Table(title=title)
-    for column in ("turn", "commit", "context tokens", "TTFT"):
-        table.add_column(column, justify="right")
+    (console or Console()).print(turns_table(title, rows))
+
+
+def turns_table(title: str, rows: Sequence[TurnRow]) -> Table:
+    table = compact_table(title, ("turn", "commit", "context tokens", "TTFT"))
     for row in rows:
-        ttft = "-" if row.ttft_s is None else f"{row.ttft_s:.2f}s"
         style = "bold" if row.commit is not CommitKind.NONE else None
-        table.add_row(str(row.turn), row.commit.value, str(row.context_tokens), ttft, style=style)
-    (console or Console()).print(table)
+        table.add_row(
+            str(row.turn), row.commit.value, str(row.context_tokens), _ttft(row), style=style
+        )
+    return table
+
+
+def print_turn(row: TurnRow, console: Console | None = None) -> None:
+    """One line per model turn while the agent runs, bold where it committed."""
+    (console or Console()).print(
+        f"turn {row.turn:>3}  commit {row.commit.value:<8}  TTFT {_ttft(row):>6}  "
+        f"context {row.context_tokens} tokens",
+        style="bold" if row.commit is not CommitKind.NONE else None,
+        highlight=False,
+    )
+
+
+def _ttft(row: TurnRow) -> str:
+    return "-" if row.ttft_s is None else f"{row.ttft_s:.2f}s"
+
+
+@contextlib.asynccontextmanager
+async def turn_feed(
+    rows: Callable[[], Sequence[TurnRow]],
+    on_turn: Callable[[TurnRow], None] | None,
+    interval_s: float = 0.1,
+) -> AsyncIterator[None]:
+    """While the body runs, hand each model turn to `on_turn` once it is complete: its first token
+    arrived or a later turn started. `rows()` reads the framework's own records of the turns so
+    far; polling them keeps the agents free of progress hooks. The rest when the body ends."""
+    if on_turn is None:
+        yield
+        return
+    reported = 0
+
+    def report(final: bool) -> None:
+        nonlocal reported
+        current = rows()
+        for row in current[reported:]:
+            if not final and row.ttft_s is None and row is current[-1]:
+                break
+            on_turn(row)
+            reported += 1
+
+    async def poll() -> None:
+        while True:
+            await asyncio.sleep(interval_s)
+            report(final=False)
+
+    poller = asyncio.create_task(poll())
+    try:
+        yield
+    finally:
+        poller.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await poller
+        report(final=True)
 
 
 def example_parser(doc: str) -> argparse.ArgumentParser:
     """The command line every example shares."""
-    parser = argparse.ArgumentParser(
+    parser = CommandParser(
         description=doc.strip().splitlines()[0],
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     parser.add_argument(
-        "--base-url", help="an OpenAI-compatible server (default: the embedded engine)"
+        "--base-url",
+        type=http_url,
+        help="an OpenAI-compatible server (default: the embedded engine)",
     )
-    parser.add_argument("--port", type=int, default=8089, help="port of the embedded engine")
+    parser.add_argument("--port", type=port, default=8089, help="port of the embedded engine")
     parser.add_argument("--mode", choices=("lookahead", "sync"), default="lookahead")
-    parser.add_argument("--steps", type=int, default=10, help="model calls before the agent stops")
+    parser.add_argument(
+        "--steps", type=positive_int, default=10, help="model calls before the agent stops"
+    )
     parser.add_argument(
         "--tool-latency",
-        type=float,
+        type=non_negative_float,
         default=0.0,
         help="mean seconds a tool call takes (a remote sandbox)",
     )
-    parser.add_argument("--json", help="also write the per-turn rows as JSON here")
+    parser.add_argument(
+        "--json", type=output_file, metavar="PATH", help="also write the per-turn rows as JSON"
+    )
+    parser.add_argument("--quiet", action="store_true", help="no line per turn while it runs")
     return parser
 
 
 def example_endpoint(args: argparse.Namespace) -> Endpoint:
     return Endpoint.connect(args.base_url) if args.base_url else Endpoint.embedded(port=args.port)
+
+
+def progress_printer(args: argparse.Namespace) -> Callable[[TurnRow], None] | None:
+    """What an example's `run(on_turn=...)` gets: a line per turn unless --quiet."""
+    return None if args.quiet else print_turn
 
 
 def report(
