@@ -4,18 +4,78 @@ from __future__ import annotations
 
 import json
 import math
+import os
+import platform
+import subprocess
+import sys
 from collections.abc import Sequence
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from rich import box
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.table import Table
 
 
 def write_json(path: str | Path, document: Any) -> Path:
+    """Write a result document, stamped with where it came from (`provenance`): a figure read
+    later can always be traced to the commit, build, machine and command that measured it."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
+    if isinstance(document, dict) and "provenance" not in document:
+        document = {"provenance": provenance(), **document}
     path.write_text(json.dumps(document, indent=2) + "\n")
     return path
+
+
+def provenance() -> dict[str, Any]:
+    """The git commit (and whether the tree had uncommitted changes), the embedded engine's
+    build id and model, the machine, the UTC date and the exact command."""
+    from lookahead_sdk._version import __version__
+    from lookahead_sdk.engine.build_id import BUILD_ID
+    from lookahead_sdk.engine.model import DEFAULT_QUANTIZATION, MODEL_NAME
+
+    root = Path(__file__).resolve().parents[2]
+    commit = _git(root, "rev-parse", "HEAD")
+    status = _git(root, "status", "--porcelain", "--untracked-files=no")
+    return {
+        "commit": commit,
+        "dirty": bool(status) if commit is not None else None,
+        "version": __version__,
+        "engine_build": BUILD_ID,
+        "model": f"{MODEL_NAME} ({DEFAULT_QUANTIZATION})",
+        "machine": {
+            "cpus": os.cpu_count(),
+            "cpu_model": _cpu_model(),
+            "platform": platform.platform(),
+            "python": platform.python_version(),
+        },
+        "date": datetime.now(UTC).isoformat(timespec="seconds"),
+        "command": " ".join(["lookahead-sdk", *sys.argv[1:]])
+        if Path(sys.argv[0]).name in ("lookahead-sdk", "__main__.py")
+        else " ".join([Path(sys.executable).name, *sys.argv]),
+    }
+
+
+def _git(root: Path, *args: str) -> str | None:
+    try:
+        done = subprocess.run(
+            ["git", "-C", str(root), *args], capture_output=True, text=True, timeout=10
+        )
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    return done.stdout.strip() if done.returncode == 0 else None
+
+
+def _cpu_model() -> str:
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or "unknown"
 
 
 def progress(*, disable: bool = False) -> Progress:
@@ -27,6 +87,15 @@ def progress(*, disable: bool = False) -> Progress:
         disable=disable,
         transient=True,
     )
+
+
+def compact_table(title: str, columns: Sequence[str]) -> Table:
+    """A report table without side borders: with short headers (a legend explains them) its
+    figures stay whole in an 80-column terminal or a pipe, where rich would cut them to `7.…`."""
+    table = Table(title=title, box=box.SIMPLE_HEAD, show_edge=False, pad_edge=False)
+    for index, column in enumerate(columns):
+        table.add_column(column, justify="left" if index == 0 else "right")
+    return table
 
 
 def percentile(values: Sequence[float], q: float) -> float:

@@ -16,26 +16,33 @@ from __future__ import annotations
 import argparse
 import random
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from rich.console import Console
 from rich.table import Table
 
-from lookahead_sdk.bench.common import new_figure, save_figure, write_json
-from lookahead_sdk.scheduling.calibrate import (
-    CalibrationReport,
-    CrossValidation,
-    calibrate,
-    cross_validate,
+from lookahead_sdk.base.args import (
+    Number,
+    existing_file,
+    non_negative_float,
+    non_negative_int,
+    output_file,
+    port,
+    positive_int,
 )
-from lookahead_sdk.scheduling.latency_model import BatchShape, PrefillChunk, load_profile
+from lookahead_sdk.bench.common import compact_table, new_figure, save_figure, write_json
+from lookahead_sdk.scheduling.latency_model import BatchShape, PrefillChunk
 from lookahead_sdk.scheduling.measurements import (
     BatchMeasurement,
     MeasurementSet,
     load_measurements,
     save_measurements,
 )
+from lookahead_sdk.scheduling.profiles import latency_profile, load_profile
 from lookahead_sdk.sim.ground_truth import GpuLikeTruth
+
+if TYPE_CHECKING:  # numpy (the `calibrate` extra): imported when the bench runs
+    from lookahead_sdk.scheduling.calibrate import CalibrationReport, CrossValidation
 
 PAPER_CONTEXT_RANGE = (4096, 20_480)
 
@@ -80,23 +87,34 @@ def register(bench_subparsers: argparse._SubParsersAction) -> None:
         "estimator",
         help="paper Fig. 15: held-out error of context-aware vs token-only latency models",
     )
-    parser.add_argument("--json", required=True, metavar="PATH")
-    parser.add_argument("--plot", metavar="PATH")
-    parser.add_argument("--profile", default="h100-qwen3-8b", help="profile behind the sim truth")
-    parser.add_argument("--sim-batches", type=int, default=600)
-    parser.add_argument("--noise", type=float, default=0.02, help="sim truth log-normal noise")
-    parser.add_argument("--heldout-frac", type=float, default=0.3)
+    parser.add_argument("--json", type=output_file, required=True, metavar="PATH")
+    parser.add_argument("--plot", type=output_file, metavar="PATH")
+    parser.add_argument(
+        "--profile",
+        type=latency_profile,
+        default="h100-qwen3-8b",
+        help="profile behind the sim truth",
+    )
+    parser.add_argument("--sim-batches", type=positive_int, default=600)
+    parser.add_argument(
+        "--noise", type=non_negative_float, default=0.02, help="sim truth log-normal noise"
+    )
+    parser.add_argument(
+        "--heldout-frac",
+        type=Number(float, low=0, high=1, low_open=True, high_open=True),
+        default=0.3,
+    )
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument(
         "--cv-folds",
-        type=int,
+        type=cv_folds,
         default=5,
         help="also report k-fold cross-validation over all batches of each source (0: off)",
     )
     embedded = parser.add_mutually_exclusive_group()
     embedded.add_argument(
         "--embedded-data",
-        type=Path,
+        type=existing_file,
         metavar="PATH",
         help="embedded-engine batches measured earlier (JSON/CSV) instead of measuring now",
     )
@@ -104,19 +122,31 @@ def register(bench_subparsers: argparse._SubParsersAction) -> None:
         "--skip-embedded", action="store_true", help="only the simulator source (JSON lacks it)"
     )
     parser.add_argument(
-        "--save-embedded", type=Path, metavar="PATH", help="write the live measurements here"
+        "--save-embedded",
+        type=output_file,
+        metavar="PATH",
+        help="write the live measurements here",
     )
-    parser.add_argument("--port", type=int, default=18231, help="embedded engine port")
+    parser.add_argument("--port", type=port, default=18231, help="embedded engine port")
     parser.add_argument(
         "--engine-threads",
-        type=int,
+        type=positive_int,
         default=1,
         help="threads of the measured engine (1: robust on a shared CPU)",
     )
     parser.set_defaults(func=run)
 
 
+def cv_folds(text: str) -> int:
+    folds = non_negative_int(text)
+    if folds == 1:
+        raise argparse.ArgumentTypeError("expected 0 (off) or an integer >= 2, got '1'")
+    return folds
+
+
 def run(args: argparse.Namespace) -> int:
+    from lookahead_sdk.scheduling.calibrate import calibrate, cross_validate  # numpy
+
     console = Console()
     sources: dict[str, MeasurementSet] = {
         "sim": measure_sim(args.profile, args.sim_batches, args.noise, args.seed)
@@ -158,16 +188,10 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _table(reports: dict[str, CalibrationReport]) -> Table:
-    table = Table(title="held-out relative error: context-aware (Eq. 1) vs token-only")
-    for column in (
-        "source",
-        "n held-out",
-        "ctx-aware max",
-        "ctx-aware mean",
-        "token max",
-        "token mean",
-    ):
-        table.add_column(column, justify="right")
+    table = compact_table(
+        "held-out relative error: context-aware (Eq. 1) vs token-only",
+        ("source", "n held-out", "ctx-aware max", "ctx-aware mean", "token max", "token mean"),
+    )
     for name, report in reports.items():
         heldout: dict[str, Any] = report.heldout_json()
         table.add_row(
@@ -182,9 +206,10 @@ def _table(reports: dict[str, CalibrationReport]) -> Table:
 
 
 def _cv_table(cross: dict[str, CrossValidation]) -> Table:
-    table = Table(title="k-fold cross-validation (every batch predicted by a fit without it)")
-    for column in ("source", "folds", "n", "ctx-aware max", "ctx-aware mean", "token max"):
-        table.add_column(column, justify="right")
+    table = compact_table(
+        "k-fold cross-validation (every batch predicted by a fit without it)",
+        ("source", "folds", "n", "ctx-aware max", "ctx-aware mean", "token max"),
+    )
     for name, cv in cross.items():
         table.add_row(
             name,
@@ -197,7 +222,7 @@ def _cv_table(cross: dict[str, CrossValidation]) -> Table:
     return table
 
 
-def _plot(path: str, reports: dict[str, CalibrationReport]) -> None:
+def _plot(path: str | Path, reports: dict[str, CalibrationReport]) -> None:
     figure, axes = new_figure(1, len(reports), size=(5 * len(reports), 4))
     for axis, (name, report) in zip(axes[0], reports.items(), strict=True):
         heldout = report.heldout_json()

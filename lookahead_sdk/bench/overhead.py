@@ -14,6 +14,7 @@ import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
+from lookahead_sdk.base.args import output_file, positive_int
 from lookahead_sdk.base.messages import Message
 from lookahead_sdk.base.tokens import auto_token_counter
 from lookahead_sdk.bench.common import new_figure, percentile, progress, save_figure, write_json
@@ -147,7 +148,7 @@ def main(args: argparse.Namespace) -> int:
     document = asyncio.run(run(args.turns))
     write_json(args.json, document)
     if args.plot:
-        plot(document, Path(args.plot))
+        plot(document, args.plot)
     for r in document["by_context"]:
         print(
             f"{r['context_tokens'] // 1024:>4}K history, {r['new_messages']} new: p50 {r['p50_ms']:.3f} ms  p99 {r['p99_ms']:.3f} ms"
@@ -161,7 +162,11 @@ def main(args: argparse.Namespace) -> int:
 
 def register(bench_subparsers: argparse._SubParsersAction) -> None:
     parser = bench_subparsers.add_parser("overhead", help="runtime bookkeeping per turn (no LLM)")
-    parser.add_argument("--json", required=True, help="where to write the JSON results")
-    parser.add_argument("--plot", help="where to write a PNG plot")
-    parser.add_argument("--turns", type=int, default=500, help="turns measured per configuration")
+    parser.add_argument(
+        "--json", type=output_file, required=True, metavar="PATH", help="the JSON results"
+    )
+    parser.add_argument("--plot", type=output_file, metavar="PATH", help="a PNG plot")
+    parser.add_argument(
+        "--turns", type=positive_int, default=500, help="turns measured per configuration"
+    )
     parser.set_defaults(func=main)

@@ -25,8 +25,24 @@ import httpx
 from rich.console import Console
 from rich.table import Table
 
-from lookahead_sdk.bench.common import new_figure, percentile, progress, save_figure, write_json
-from lookahead_sdk.bench.ttft import token_range
+from lookahead_sdk.base.args import (
+    comma_list,
+    one_of,
+    output_file,
+    port_or_zero,
+    positive_float,
+    positive_int,
+    positive_int_range,
+)
+from lookahead_sdk.bench.common import (
+    compact_table,
+    new_figure,
+    percentile,
+    progress,
+    save_figure,
+    write_json,
+)
+from lookahead_sdk.scheduling.profiles import latency_profile
 
 STRATEGIES = ("offload", "keep_recent", "summarize", "isolate")
 DEFAULT_AGENTS = (1, 4, 8, 16)
@@ -81,30 +97,47 @@ def register(bench_subparsers: argparse._SubParsersAction) -> None:
         "sim-ttft",
         help="transform-turn TTFT, sync vs lookahead, real SDK agents on a simulated H100 engine",
     )
-    parser.add_argument("--json", required=True, metavar="PATH")
-    parser.add_argument("--plot", metavar="PATH")
-    parser.add_argument("--raw-json", metavar="PATH", help="also write every run's raw RunResult")
-    parser.add_argument("--profile", default="h100-qwen3-8b")
-    parser.add_argument("--agents", default=",".join(map(str, DEFAULT_AGENTS)))
-    parser.add_argument("--strategies", default=",".join(STRATEGIES))
-    parser.add_argument("--steps", type=int, default=28)
-    parser.add_argument("--window-tokens", type=int, default=32_768)
+    parser.add_argument("--json", type=output_file, required=True, metavar="PATH")
+    parser.add_argument("--plot", type=output_file, metavar="PATH")
+    parser.add_argument(
+        "--raw-json",
+        type=output_file,
+        metavar="PATH",
+        help="also write every run's raw RunResult",
+    )
+    parser.add_argument("--profile", type=latency_profile, default="h100-qwen3-8b")
+    parser.add_argument(
+        "--agents",
+        type=comma_list(positive_int),
+        default=DEFAULT_AGENTS,
+        metavar="N,N,...",
+        help=f"agent counts to sweep (default: {','.join(map(str, DEFAULT_AGENTS))})",
+    )
+    parser.add_argument(
+        "--strategies",
+        type=comma_list(one_of(STRATEGIES)),
+        default=STRATEGIES,
+        metavar="S,S,...",
+        help=f"comma-separated, among {','.join(STRATEGIES)} (default: all)",
+    )
+    parser.add_argument("--steps", type=positive_int, default=28)
+    parser.add_argument("--window-tokens", type=positive_int, default=32_768)
     parser.add_argument(
         "--tool-output-tokens",
-        type=token_range,
+        type=positive_int_range,
         metavar="LOW,HIGH",
         help="tokens a read adds (default: scaled to --window-tokens, 440,480 at 32K)",
     )
-    parser.add_argument("--max-tokens", type=int, default=32)
-    parser.add_argument("--kv-tokens", type=int, default=400_000)
+    parser.add_argument("--max-tokens", type=positive_int, default=32)
+    parser.add_argument("--kv-tokens", type=positive_int, default=400_000)
     parser.add_argument("--mode", choices=("colocated", "disagg"), default="colocated")
     parser.add_argument(
         "--time-scale",
-        type=float,
+        type=positive_float,
         default=2.0,
         help="wall seconds per simulated second on the server (client overhead shrinks by it)",
     )
-    parser.add_argument("--port", type=int, default=0, help="server port (0: a free one)")
+    parser.add_argument("--port", type=port_or_zero, default=0, help="server port (0: a free one)")
     parser.add_argument("--seed", type=int, default=0)
     parser.set_defaults(func=run)
 
@@ -113,11 +146,7 @@ def run(args: argparse.Namespace) -> int:
     from lookahead_sdk.agent.driver import run_agents
 
     console = Console()
-    agent_counts = [int(x) for x in args.agents.split(",") if x.strip()]
-    strategies = [s.strip() for s in args.strategies.split(",") if s.strip()]
-    unknown = sorted(set(strategies) - set(STRATEGIES))
-    if unknown or not strategies or not agent_counts or min(agent_counts) < 1:
-        raise ValueError(f"--strategies must name some of {STRATEGIES}; --agents must be ints >= 1")
+    agent_counts, strategies = list(args.agents), list(args.strategies)
     server = SimServerProcess.start(args, args.port or _free_port())
     runs: list[dict[str, Any]] = []
     raw: list[dict[str, Any]] = []
@@ -206,9 +235,10 @@ def summary(runs: list[dict[str, Any]]) -> str:
 
 
 def _table(runs: list[dict[str, Any]]) -> Table:
-    table = Table(title="transform-turn TTFT (simulated seconds)")
-    for column in ("agents", "strategy", "sync p50", "la p50", "sync p90", "la p90", "p90 cut"):
-        table.add_column(column, justify="right")
+    table = compact_table(
+        "transform-turn TTFT (simulated seconds)",
+        ("agents", "strategy", "sync p50", "la p50", "sync p90", "la p90", "p90 cut"),
+    )
     for r in runs:
         cut = 1 - r["lookahead_p90_s"] / r["sync_p90_s"] if r["sync_p90_s"] > 0 else float("nan")
         table.add_row(

@@ -8,14 +8,30 @@ import argparse
 import itertools
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
+from pathlib import Path
 from typing import Any
 
 from rich.console import Console
 from rich.table import Table
 
-from lookahead_sdk.bench.common import new_figure, percentile, progress, save_figure, write_json
+from lookahead_sdk.base.args import (
+    comma_list,
+    non_negative_float,
+    output_file,
+    positive_float,
+    positive_int,
+)
+from lookahead_sdk.bench.common import (
+    compact_table,
+    new_figure,
+    percentile,
+    progress,
+    save_figure,
+    write_json,
+)
 from lookahead_sdk.scheduling.admission import HybridConfig
-from lookahead_sdk.scheduling.latency_model import LatencyProfile, load_profile
+from lookahead_sdk.scheduling.latency_model import LatencyProfile
+from lookahead_sdk.scheduling.profiles import latency_profile, load_profile
 from lookahead_sdk.sim.cluster import ClusterConfig, PolicyName, SimCluster
 from lookahead_sdk.sim.ground_truth import GpuLikeTruth
 from lookahead_sdk.sim.simulation import Simulation
@@ -123,20 +139,22 @@ def register(bench_subparsers: argparse._SubParsersAction) -> None:
         "slo",
         help="paper Fig. 14: LC TTFT/TBT vs best-effort load, vanilla vs lookahead-aware (simulated)",
     )
-    parser.add_argument("--json", required=True, metavar="PATH")
-    parser.add_argument("--plot", metavar="PATH")
-    parser.add_argument("--profile", default="h100-qwen3-8b")
+    parser.add_argument("--json", type=output_file, required=True, metavar="PATH")
+    parser.add_argument("--plot", type=output_file, metavar="PATH")
+    parser.add_argument("--profile", type=latency_profile, default="h100-qwen3-8b")
     parser.add_argument(
         "--be-loads",
-        default=",".join(str(x) for x in DEFAULT_BE_LOADS),
+        type=comma_list(non_negative_float),
+        default=DEFAULT_BE_LOADS,
+        metavar="R,R,...",
         help="best-effort lookahead warm-ups per second, comma-separated",
     )
-    parser.add_argument("--duration-s", type=float, default=SloWorkload().duration_s)
-    parser.add_argument("--lc-rate", type=float, default=SloWorkload().lc_rate_per_s)
-    parser.add_argument("--kv-tokens", type=int, default=400_000)
+    parser.add_argument("--duration-s", type=positive_float, default=SloWorkload().duration_s)
+    parser.add_argument("--lc-rate", type=positive_float, default=SloWorkload().lc_rate_per_s)
+    parser.add_argument("--kv-tokens", type=positive_int, default=400_000)
     parser.add_argument(
         "--tbt-bound-ms",
-        type=float,
+        type=positive_float,
         default=0.9 * SLO_TBT_MS,
         help="the lookahead-aware scheduler's Est bound (below the SLO: margin for model error)",
     )
@@ -147,9 +165,7 @@ def register(bench_subparsers: argparse._SubParsersAction) -> None:
 def run(args: argparse.Namespace) -> int:
     console = Console()
     profile = load_profile(args.profile)
-    loads = [float(x) for x in args.be_loads.split(",") if x.strip()]
-    if not loads or any(load < 0 for load in loads):
-        raise ValueError("--be-loads must be a comma-separated list of rates >= 0")
+    loads = list(args.be_loads)
     workload = replace(
         SloWorkload(), duration_s=args.duration_s, lc_rate_per_s=args.lc_rate, seed=args.seed
     )
@@ -217,9 +233,10 @@ def verdict(loads: list[float], points: dict[PolicyName, list[SloPoint]]) -> str
 
 
 def _table(loads: list[float], points: dict[PolicyName, list[SloPoint]]) -> Table:
-    table = Table(title="LC SLOs vs best-effort load (simulated, co-located)")
-    for column in ("BE/s", "policy", "TTFT p99 ms", "TBT p95 ms", "on time", "waste", "LC reqs"):
-        table.add_column(column, justify="right")
+    table = compact_table(
+        "LC SLOs vs best-effort load (simulated, co-located)",
+        ("BE/s", "policy", "TTFT p99 ms", "TBT p95 ms", "on time", "waste", "LC reqs"),
+    )
     for index, load in enumerate(loads):
         for policy, series in points.items():
             p = series[index]
@@ -235,7 +252,7 @@ def _table(loads: list[float], points: dict[PolicyName, list[SloPoint]]) -> Tabl
     return table
 
 
-def _plot(path: str, loads: list[float], points: dict[PolicyName, list[SloPoint]]) -> None:
+def _plot(path: str | Path, loads: list[float], points: dict[PolicyName, list[SloPoint]]) -> None:
     figure, axes = new_figure(1, 3, size=(14, 4))
     panels = (
         ("LC TTFT p99 (ms)", lambda p: p.ttft_p99_ms, SLO_TTFT_MS),

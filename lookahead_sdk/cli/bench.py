@@ -12,6 +12,7 @@ BENCH_MODULES: tuple[str, ...] = (
     "lookahead_sdk.bench.estimator",
     "lookahead_sdk.bench.sim_ttft",
     "lookahead_sdk.bench.adapters",
+    "lookahead_sdk.bench.router",
 )
 
 

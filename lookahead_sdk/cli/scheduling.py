@@ -5,18 +5,30 @@ from __future__ import annotations
 
 import argparse
 import json
-from pathlib import Path
+from typing import TYPE_CHECKING
 
 from rich.console import Console
 from rich.table import Table
 
-from lookahead_sdk.scheduling.calibrate import CalibrationReport, ErrorStats, calibrate
+from lookahead_sdk.base.args import (
+    add_renamed,
+    comma_list,
+    existing_file,
+    fraction,
+    output_file,
+    port,
+    positive_int,
+)
+from lookahead_sdk.bench.common import compact_table
 from lookahead_sdk.scheduling.latency_model import save_profile
 from lookahead_sdk.scheduling.measurements import (
     MeasurementSet,
     load_measurements,
     save_measurements,
 )
+
+if TYPE_CHECKING:  # the fit needs numpy (the `calibrate` extra): imported when it runs
+    from lookahead_sdk.scheduling.calibrate import CalibrationReport, ErrorStats
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -33,7 +45,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     source = parser.add_mutually_exclusive_group(required=True)
     source.add_argument(
         "--profile-data",
-        type=Path,
+        type=existing_file,
         metavar="PATH",
         help="measured batches, CSV or JSON (format: docs/scheduling.md)",
     )
@@ -42,44 +54,58 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         action="store_true",
         help="measure batches on the embedded engine (cached contexts 0-6K; about 2-4 min)",
     )
-    parser.add_argument("--out", type=Path, required=True, metavar="PROFILE.json")
+    add_renamed(
+        parser,
+        "--save-profile",
+        "--out",
+        type=output_file,
+        required=True,
+        metavar="PROFILE.json",
+        help="where to write the fitted profile",
+    )
     parser.add_argument("--name", help="profile name (default: derived from the source)")
-    parser.add_argument("--heldout-frac", type=float, default=0.3)
+    parser.add_argument("--heldout-frac", type=fraction, default=0.3)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument(
         "--save-measurements",
-        type=Path,
+        type=output_file,
         metavar="PATH",
         help="with --measure-embedded: also write the measured batches (JSON or CSV)",
     )
     parser.add_argument(
-        "--port", type=int, default=18231, help="with --measure-embedded: engine port"
+        "--port", type=port, default=18231, help="with --measure-embedded: engine port"
     )
     parser.add_argument(
         "--engine-threads",
-        type=int,
+        type=positive_int,
         default=1,
         help="threads of the measured engine (1: robust on a shared CPU)",
     )
     parser.add_argument(
         "--passes",
-        type=int,
+        type=positive_int,
         default=3,
         help="with --measure-embedded: passes over the plan (the fastest sample per shape is kept)",
     )
     parser.add_argument(
         "--new-tokens",
-        default="16,128,512",
+        type=comma_list(positive_int),
+        default=(16, 128, 512),
         metavar="N,N,...",
         help="with --measure-embedded: new-token counts measured at every cached-prefix level",
     )
     parser.add_argument(
-        "--report-json", type=Path, metavar="PATH", help="also write the error report as JSON"
+        "--report-json",
+        type=output_file,
+        metavar="PATH",
+        help="also write the error report as JSON",
     )
     parser.set_defaults(func=run_calibrate)
 
 
 def run_calibrate(args: argparse.Namespace) -> int:
+    from lookahead_sdk.scheduling.calibrate import calibrate
+
     console = Console()
     measurements = _measurements(args, console)
     name = args.name or ("embedded-llama.cpp" if args.measure_embedded else args.profile_data.stem)
@@ -90,9 +116,9 @@ def run_calibrate(args: argparse.Namespace) -> int:
         seed=args.seed,
         metadata={**measurements.metadata, "n_batches": len(measurements.batches)},
     )
-    save_profile(report.profile, args.out)
+    save_profile(report.profile, args.save_profile)
     console.print(report_table(report))
-    console.print(f"profile written to {args.out}")
+    console.print(f"profile written to {args.save_profile}")
     if args.report_json:
         args.report_json.parent.mkdir(parents=True, exist_ok=True)
         args.report_json.write_text(json.dumps(report_json(report), indent=2) + "\n")
@@ -108,25 +134,13 @@ def _measurements(args: argparse.Namespace, console: Console) -> MeasurementSet:
         measure_on_embedded_engine,
     )
 
-    plan = EmbeddedMeasurementPlan(
-        new_tokens=_positive_ints("--new-tokens", args.new_tokens), passes=args.passes
-    )
+    plan = EmbeddedMeasurementPlan(new_tokens=args.new_tokens, passes=args.passes)
     measured = measure_on_embedded_engine(plan, port=args.port, threads=args.engine_threads)
     console.print(f"measured {len(measured.batches)} batches on the embedded engine")
     if args.save_measurements:
         save_measurements(measured, args.save_measurements)
         console.print(f"measurements written to {args.save_measurements}")
     return measured
-
-
-def _positive_ints(flag: str, text: str) -> tuple[int, ...]:
-    try:
-        values = tuple(int(item) for item in text.split(",") if item.strip())
-    except ValueError:
-        values = ()
-    if not values or any(v <= 0 for v in values):
-        raise ValueError(f"{flag} must be a comma-separated list of ints > 0, got {text!r}")
-    return values
 
 
 def report_json(report: CalibrationReport) -> dict[str, object]:
@@ -145,18 +159,18 @@ def report_json(report: CalibrationReport) -> dict[str, object]:
 
 def report_table(report: CalibrationReport) -> Table:
     profile = report.profile
-    table = Table(
-        title=(
-            f"{profile.name}: alpha_d={profile.alpha_decode_ms:.3e} ms/token, "
-            f"alpha_p={profile.alpha_prefill_ms:.3e} ms/unit, "
-            f"T_GEMM knots={list(profile.gemm_table.tokens)}"
-        )
+    table = compact_table(
+        f"{profile.name}: alpha_d={profile.alpha_decode_ms:.3e} ms/token, "
+        f"alpha_p={profile.alpha_prefill_ms:.3e} ms/unit, "
+        f"T_GEMM knots={list(profile.gemm_table.tokens)}",
+        (
+            "model",
+            f"train max (n={report.n_train})",
+            "train mean",
+            f"held-out max (n={report.n_heldout})",
+            "held-out mean",
+        ),
     )
-    table.add_column("model")
-    table.add_column(f"train max (n={report.n_train})", justify="right")
-    table.add_column("train mean", justify="right")
-    table.add_column(f"held-out max (n={report.n_heldout})", justify="right")
-    table.add_column("held-out mean", justify="right")
     rows: list[tuple[str, ErrorStats, ErrorStats | None]] = [
         ("context-aware", report.train_context_aware, report.heldout_context_aware),
         ("token-only", report.train_token_only, report.heldout_token_only),

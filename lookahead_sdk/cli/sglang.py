@@ -16,7 +16,9 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from lookahead_sdk.base.args import add_renamed, non_negative_float, positive_float, positive_int
 from lookahead_sdk.scheduling import BUILTIN_PROFILES, load_profile
+from lookahead_sdk.scheduling.profiles import latency_profile
 from lookahead_sdk.sglang_plugin.plugin import PLUGIN_NAME
 from lookahead_sdk.sglang_plugin.settings import POLICY_NAMES, PluginSettings
 
@@ -68,19 +70,34 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     launch.add_argument("--policy", choices=POLICY_NAMES, default="auto", help="admission policy")
     launch.add_argument(
         "--profile",
+        type=latency_profile,
         default="h100-qwen3-8b",
         help=f"latency profile JSON or built-in name {sorted(BUILTIN_PROFILES)}",
     )
-    launch.add_argument("--tbt-ms", type=float, default=50.0, help="TBT bound of hybrid batches")
-    launch.add_argument("--ttft-ms", type=float, default=500.0, help="LC TTFT SLO (PD prefill)")
+    add_renamed(
+        launch,
+        "--tbt-bound-ms",
+        "--tbt-ms",
+        type=positive_float,
+        default=50.0,
+        help="TBT bound of hybrid batches",
+    )
+    add_renamed(
+        launch,
+        "--slo-ttft-ms",
+        "--ttft-ms",
+        type=positive_float,
+        default=500.0,
+        help="LC TTFT SLO (PD prefill)",
+    )
     launch.add_argument(
         "--promote-within-ms",
-        type=float,
+        type=non_negative_float,
         default=500.0,
         help="schedule a lookahead as LC once its commit deadline is this close",
     )
     launch.add_argument(
-        "--max-batch-tokens", type=int, help="default: SGLang's chunked prefill size"
+        "--max-batch-tokens", type=positive_int, help="default: SGLang's chunked prefill size"
     )
     launch.add_argument(
         "--no-default-flags",
@@ -116,8 +133,8 @@ def settings_from_args(args: argparse.Namespace) -> PluginSettings:
     settings = PluginSettings(
         policy=args.policy,
         profile=profile,
-        tbt_bound_ms=args.tbt_ms,
-        slo_ttft_ms=args.ttft_ms,
+        tbt_bound_ms=args.tbt_bound_ms,
+        slo_ttft_ms=args.slo_ttft_ms,
         promote_within_ms=args.promote_within_ms,
         max_batch_tokens=args.max_batch_tokens,
     )

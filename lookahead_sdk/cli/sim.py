@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import argparse
 
+from lookahead_sdk.base.args import port, positive_float, positive_int
 from lookahead_sdk.scheduling.admission import DisaggConfig, HybridConfig
-from lookahead_sdk.scheduling.latency_model import LatencyModel, load_profile
+from lookahead_sdk.scheduling.latency_model import LatencyModel
+from lookahead_sdk.scheduling.profiles import latency_profile, load_profile
 from lookahead_sdk.sim.cluster import MODES, POLICIES, ClusterConfig
 from lookahead_sdk.sim.ground_truth import GpuLikeTruth, ModelTruth
 
@@ -24,27 +26,28 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     )
     serve.add_argument(
         "--profile",
+        type=latency_profile,
         default="h100-qwen3-8b",
         help="latency profile: a built-in name (h100-qwen3-8b) or a profile JSON file",
     )
     serve.add_argument(
-        "--kv-tokens", type=int, required=True, help="KV pool size per instance (tokens)"
+        "--kv-tokens", type=positive_int, required=True, help="KV pool size per instance (tokens)"
     )
     serve.add_argument("--host", default="127.0.0.1")
-    serve.add_argument("--port", type=int, default=30000)
+    serve.add_argument("--port", type=port, default=30000)
     serve.add_argument("--mode", choices=MODES, default="colocated")
     serve.add_argument("--policy", choices=POLICIES, default="lookahead")
     serve.add_argument(
         "--time-scale",
-        type=float,
+        type=positive_float,
         default=1.0,
         help="wall seconds per simulated second (above 1 slows the simulation down)",
     )
     serve.add_argument("--model", default="sim-qwen3-8b", help="model name the server reports")
-    serve.add_argument("--context-length", type=int, default=40_960)
-    serve.add_argument("--default-max-tokens", type=int, default=32)
-    serve.add_argument("--tbt-bound-ms", type=float, default=50.0)
-    serve.add_argument("--slo-ttft-ms", type=float, default=500.0)
+    serve.add_argument("--context-length", type=positive_int, default=40_960)
+    serve.add_argument("--default-max-tokens", type=positive_int, default=32)
+    serve.add_argument("--tbt-bound-ms", type=positive_float, default=50.0)
+    serve.add_argument("--slo-ttft-ms", type=positive_float, default=500.0)
     serve.add_argument(
         "--truth",
         choices=("gpu-like", "model"),

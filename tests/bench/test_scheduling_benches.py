@@ -35,7 +35,14 @@ def test_slo_bench_writes_the_issue_shape_and_protects_tbt(tmp_path) -> None:
     )
     assert code == 0 and plot.stat().st_size > 0
     document = json.loads(out.read_text())
-    assert set(document) == {"slo_ttft_ms", "slo_tbt_ms", "be_loads", "vanilla", "lookahead_aware"}
+    assert set(document) == {
+        "provenance",
+        "slo_ttft_ms",
+        "slo_tbt_ms",
+        "be_loads",
+        "vanilla",
+        "lookahead_aware",
+    }
     assert document["be_loads"] == [0.0, 10.0]
     for policy in ("vanilla", "lookahead_aware"):
         series = document[policy]

@@ -1,0 +1,259 @@
+"""`lookahead-sdk report`: the tables in README.md and docs/ are generated from result JSON.
+
+A generated block in a markdown file is fenced by two comments naming the table and its source:
+
+    <!-- report: ttft docs/results/demo/demo.json -->
+    ...generated, never edited by hand...
+    <!-- /report -->
+
+`lookahead-sdk report` rewrites every such block from its JSON; `--check` only compares and
+exits 1 naming the blocks that differ (a test runs it, so a doc table can never drift from its
+data). Renderers are registered by name in `RENDERERS`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+Document = dict[str, Any]
+Renderer = Callable[[Document], str]
+
+BLOCK = re.compile(
+    r"(?P<open><!-- report: (?P<name>[\w-]+) (?P<source>\S+) -->\n)(?P<body>.*?)(?P<close><!-- /report -->)",
+    re.S,
+)
+TABLE_WIDTH = 100  # rich tables are rendered at this width into ```text blocks
+
+
+@dataclass(frozen=True)
+class Block:
+    path: Path
+    name: str
+    source: str
+    body: str
+
+
+def _rich_text(tables: Iterable[Any]) -> str:
+    from rich.console import Console
+
+    console = Console(width=TABLE_WIDTH, record=True, color_system=None, force_terminal=False)
+    with console.capture():
+        for table in tables:
+            console.print(table)
+    lines = [line.rstrip() for line in console.export_text().splitlines()]
+    return "```text\n" + "\n".join(lines).strip("\n") + "\n```\n"
+
+
+def render_ttft(document: Document) -> str:
+    """`bench ttft` / `demo` results: transform and normal turns, sync vs lookahead."""
+    from lookahead_sdk.bench.ttft import summary_tables
+
+    return _rich_text(summary_tables(document))
+
+
+def render_adapters(document: Document) -> str:
+    from lookahead_sdk.bench.adapters import summary_tables
+
+    return _rich_text(summary_tables(document))
+
+
+def _cell(value: Any) -> str:
+    if isinstance(value, bool):
+        return "yes" if value else "**no**"
+    if isinstance(value, float):
+        return f"{value:.3g}"
+    return str(value)
+
+
+def render_router_targets(document: Document) -> str:
+    """`bench router --mode sim`: every target, per seed, and whether it is met."""
+    targets = document["targets"]
+    seeds = sorted({seed for t in targets.values() for seed in t.get("per_seed", {})}, key=int)
+    header = ["target", *(f"seed {seed}" for seed in seeds), "met"]
+    rows = [header, ["---"] * len(header)]
+    for name, target in targets.items():
+        per_seed = target.get("per_seed", {})
+        if name == "ablations_at_2x":
+            for arm, result in target.items():
+                if not isinstance(result, dict):
+                    continue
+                ratios = result["steps_per_min_vs_thunder"]
+                rows.append(
+                    [
+                        f"{arm} / thunder steps/min at 2x (< 1 = the ablation costs)",
+                        *(_cell(ratios.get(seed)) for seed in seeds),
+                        _cell(result["costs_steps_per_min"]),
+                    ]
+                )
+            continue
+        if not per_seed:
+            detail = ", ".join(
+                f"{k} {_cell(v)}" for k, v in target.items() if k not in ("target", "met")
+            )
+            rows.append(
+                [f"{target['target']} ({detail})", *("" for _ in seeds), _cell(target["met"])]
+            )
+            continue
+        cells = []
+        for seed in seeds:
+            value = per_seed.get(seed)
+            if isinstance(value, dict):
+                value = ", ".join(f"{k} {_cell(v)}" for k, v in value.items())
+            cells.append(_cell(value))
+        rows.append([target["target"], *cells, _cell(target["met"])])
+    return "\n".join("| " + " | ".join(row) + " |" for row in rows) + "\n"
+
+
+ROUTER_ARMS = (
+    "thunder",
+    "round-robin",
+    "session",
+    "least-loaded",
+    "thunder-no-queue",
+    "thunder-no-decay",
+)
+
+
+def render_router_sweep(document: Document) -> str:
+    """Steps/min per arm and load, mean over seeds; in parentheses the worst seed's hold p99
+    (when over 1 s) and the forced admits summed over seeds (when any)."""
+    runs = document["runs"]
+    arms = [arm for arm in ROUTER_ARMS if any(run["arm"] == arm for run in runs)]
+    loads = sorted({(run["programs"], run["overload"]) for run in runs})
+    header = ["programs", "overload", *arms]
+    rows = [header, ["---"] * len(header)]
+    for programs, overload in loads:
+        row = [str(programs), f"{overload:.2f}"]
+        for arm in arms:
+            mine = [r for r in runs if r["arm"] == arm and r["programs"] == programs]
+            if not mine:
+                row.append("")
+                continue
+            mean = sum(r["steps_per_min"] for r in mine) / len(mine)
+            notes = []
+            hold = max(r["hold_p99_s"] for r in mine)
+            if hold >= 1:
+                notes.append(f"{hold:.0f} s")
+            forced = sum(r["forced_admits"] for r in mine)
+            if forced:
+                notes.append(f"{forced} forced")
+            row.append(f"{mean:.0f}" + (f" ({', '.join(notes)})" if notes else ""))
+        rows.append(row)
+    return "\n".join("| " + " | ".join(row) + " |" for row in rows) + "\n"
+
+
+def render_router_overhead(document: Document) -> str:
+    """`bench router --mode overhead`: TTFT through the router minus direct."""
+    settings = document["settings"]
+    load = document.get("load_average_1m") or {}
+    targets = document["targets"]
+    header = ["streams", "direct TTFT p50 / p99", "routed - direct p50 / p99", "targets met"]
+    row = [
+        str(settings["streams"]),
+        f"{document['direct']['p50_ms']:.1f} / {document['direct']['p99_ms']:.1f} ms",
+        f"+{document['overhead_p50_ms']:.1f} / +{document['overhead_p99_ms']:.1f} ms",
+        ", ".join(f"{t['target']}: {_cell(t['met'])}" for t in targets.values()),
+    ]
+    table = "\n".join("| " + " | ".join(r) + " |" for r in (header, ["---"] * 4, row))
+    before, after = load.get("before"), load.get("after")
+    if before is None or after is None:
+        return table + "\n"
+    return table + f"\n\nLoad average (1 min): {before:.1f} before, {after:.1f} after.\n"
+
+
+def render_provenance(document: Document) -> str:
+    """One line: what measured the figures (commit, build, machine, command)."""
+    stamp = document.get("provenance") or {}
+    machine = stamp.get("machine") or {}
+    commit = (stamp.get("commit") or "unknown")[:10] + (" (dirty)" if stamp.get("dirty") else "")
+    return (
+        f"Measured at commit `{commit}`, engine build `{stamp.get('engine_build')}`, "
+        f"{machine.get('cpus')} CPUs ({machine.get('cpu_model')}), {stamp.get('date')}: "
+        f"`{stamp.get('command')}`\n"
+    )
+
+
+RENDERERS: dict[str, Renderer] = {
+    "ttft": render_ttft,
+    "adapters": render_adapters,
+    "router-targets": render_router_targets,
+    "router-sweep": render_router_sweep,
+    "router-overhead": render_router_overhead,
+    "provenance": render_provenance,
+}
+
+
+def blocks(path: Path) -> list[Block]:
+    return [
+        Block(path, match["name"], match["source"], match["body"])
+        for match in BLOCK.finditer(path.read_text())
+    ]
+
+
+def render(block: Block, root: Path) -> str:
+    renderer = RENDERERS.get(block.name)
+    if renderer is None:
+        raise ValueError(
+            f"{block.path}: no report renderer {block.name!r}; known: {sorted(RENDERERS)}"
+        )
+    source = root / block.source
+    if not source.is_file():
+        raise ValueError(f"{block.path}: report {block.name!r} reads {block.source}, missing")
+    return renderer(json.loads(source.read_text()))
+
+
+def regenerate(path: Path, root: Path) -> tuple[str, list[Block]]:
+    """The file's text with every block regenerated, and the blocks that changed."""
+    text = path.read_text()
+    changed: list[Block] = []
+
+    def replace(match: re.Match[str]) -> str:
+        block = Block(path, match["name"], match["source"], match["body"])
+        body = render(block, root)
+        if body != block.body:
+            changed.append(block)
+        return f"{match['open']}{body}{match['close']}"
+
+    return BLOCK.sub(replace, text), changed
+
+
+def markdown_files(root: Path) -> list[Path]:
+    return [root / "README.md", *sorted((root / "docs").rglob("*.md"))]
+
+
+def run_report(root: Path, paths: Sequence[Path] = (), *, check: bool = False) -> list[Block]:
+    """Regenerate (or with `check`, compare) the blocks of `paths` (default: README + docs)."""
+    stale: list[Block] = []
+    for path in paths or markdown_files(root):
+        text, changed = regenerate(path, root)
+        stale += changed
+        if changed and not check:
+            path.write_text(text)
+    return stale
+
+
+def main(args: argparse.Namespace) -> int:
+    root = Path(args.root).resolve()
+    stale = run_report(root, [Path(p).resolve() for p in args.paths], check=args.check)
+    for block in stale:
+        verb = "differs from" if args.check else "regenerated from"
+        print(f"{block.path.relative_to(root)}: table {block.name!r} {verb} {block.source}")
+    return 1 if args.check and stale else 0
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    parser = subparsers.add_parser(
+        "report", help="regenerate the result tables in README.md and docs/ from their JSON"
+    )
+    parser.add_argument("paths", nargs="*", help="markdown files (default: README.md, docs/)")
+    parser.add_argument("--root", default=".", help="the repository root (default: .)")
+    parser.add_argument(
+        "--check", action="store_true", help="only compare; exit 1 if a table differs"
+    )
+    parser.set_defaults(func=main)

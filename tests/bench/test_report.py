@@ -1,0 +1,51 @@
+"""Doc tables are generated from their JSON and checked: a committed table can never drift."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+
+from lookahead_sdk.bench.report import blocks, run_report
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def test_every_committed_doc_table_matches_its_json() -> None:
+    stale = run_report(ROOT, check=True)
+    assert not stale, "regenerate with `lookahead-sdk report`: " + ", ".join(
+        f"{b.path.relative_to(ROOT)} {b.name} <- {b.source}" for b in stale
+    )
+    assert any(blocks(path) for path in (ROOT / "README.md", ROOT / "docs" / "router.md"))
+
+
+def test_an_edited_table_is_found_and_regenerated(tmp_path: Path) -> None:
+    source = tmp_path / "docs" / "results" / "overhead.json"
+    source.parent.mkdir(parents=True)
+    shutil.copy(ROOT / "docs" / "results" / "router" / "overhead.json", source)
+    page = tmp_path / "docs" / "page.md"
+    page.write_text(
+        "Before.\n<!-- report: router-overhead docs/results/overhead.json -->\n"
+        "| hand-typed | 1 ms |\n<!-- /report -->\nAfter.\n"
+    )
+    (tmp_path / "README.md").write_text("no tables\n")
+    [stale] = run_report(tmp_path, check=True)
+    assert stale.name == "router-overhead" and "hand-typed" in page.read_text()
+    run_report(tmp_path)
+    text = page.read_text()
+    overhead = json.loads(source.read_text())["overhead_p50_ms"]
+    assert "hand-typed" not in text and f"+{overhead:.1f}" in text
+    assert text.startswith("Before.") and text.endswith("After.\n")
+    assert run_report(tmp_path, check=True) == []
+
+
+def test_an_unknown_table_or_a_missing_source_is_named(tmp_path: Path) -> None:
+    (tmp_path / "docs").mkdir()
+    (tmp_path / "README.md").write_text("<!-- report: nope docs/x.json -->\n<!-- /report -->\n")
+    with pytest.raises(ValueError, match="no report renderer 'nope'"):
+        run_report(tmp_path, check=True)
+    (tmp_path / "README.md").write_text("<!-- report: ttft docs/x.json -->\n<!-- /report -->\n")
+    with pytest.raises(ValueError, match=r"reads docs/x\.json, missing"):
+        run_report(tmp_path, check=True)
