@@ -14,6 +14,7 @@ data). Renderers are registered by name in `RENDERERS`.
 from __future__ import annotations
 
 import argparse
+import io
 import json
 import re
 from collections.abc import Callable, Iterable, Sequence
@@ -42,11 +43,11 @@ class Block:
 def _rich_text(tables: Iterable[Any]) -> str:
     from rich.console import Console
 
-    console = Console(width=TABLE_WIDTH, record=True, color_system=None, force_terminal=False)
-    with console.capture():
-        for table in tables:
-            console.print(table)
-    lines = [line.rstrip() for line in console.export_text().splitlines()]
+    buffer = io.StringIO()
+    console = Console(file=buffer, width=TABLE_WIDTH, color_system=None, force_terminal=False)
+    for table in tables:
+        console.print(table)
+    lines = [line.rstrip() for line in buffer.getvalue().splitlines()]
     return "```text\n" + "\n".join(lines).strip("\n") + "\n```\n"
 
 
