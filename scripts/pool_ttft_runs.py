@@ -2,7 +2,7 @@
 """The transform-turn targets of several `lookahead-sdk bench ttft` JSON files, per run, with
 the pool of the runs beside them (the same tables `lookahead-sdk report` puts into the docs).
 
-    python scripts/pool_ttft_runs.py docs/results/ttft_4agents.json docs/results/ttft_4agents_offload_run*.json
+    python scripts/pool_ttft_runs.py docs/results/history/e87096b/ttft_4agents*.json
 """
 
 from __future__ import annotations
