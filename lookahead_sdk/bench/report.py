@@ -183,6 +183,48 @@ def render_router_overhead(document: Document) -> str:
     return table + f"\n\nLoad average (1 min): {before:.1f} before, {after:.1f} after.\n"
 
 
+def render_slo_loads(document: Document) -> str:
+    """`bench slo`, one seed: both policies at the loads where the verdict turns, every even one."""
+    from lookahead_sdk.bench.report_scheduling import slo_loads_table
+
+    return slo_loads_table(document)
+
+
+def render_slo_targets(runs: Sequence[tuple[str, Document]]) -> str:
+    """`bench slo`, one row per seed: vanilla's break, how far lookahead-aware holds, >= 2x met."""
+    from lookahead_sdk.bench.report_scheduling import slo_targets_table
+
+    return slo_targets_table(runs)
+
+
+def render_estimator(runs: Sequence[tuple[str, Document]]) -> str:
+    """`bench estimator`, one row per source of each run: held-out and k-fold errors, <= 10% met."""
+    from lookahead_sdk.bench.report_scheduling import estimator_table
+
+    return estimator_table(runs)
+
+
+def render_gpu_calibration(runs: Sequence[tuple[str, Document]]) -> str:
+    """The H200 fit: calibration report, profile and an independent run's batches."""
+    from lookahead_sdk.bench.report_scheduling import gpu_calibration_table
+
+    return gpu_calibration_table(runs)
+
+
+def render_sim_ttft(runs: Sequence[tuple[str, Document]]) -> str:
+    """`bench sim-ttft` (--json, optionally its --raw-json): every run, and the verdict line."""
+    from lookahead_sdk.bench.report_scheduling import sim_ttft_table
+
+    return sim_ttft_table(runs)
+
+
+def render_sim_ttft_targets(runs: Sequence[tuple[str, Document]]) -> str:
+    """`bench sim-ttft`, one row per sweep: mean p90 reduction, >= 62% met."""
+    from lookahead_sdk.bench.report_scheduling import sim_ttft_targets_table
+
+    return sim_ttft_targets_table(runs)
+
+
 def render_provenance(document: Document) -> str:
     """One line: what measured the figures (commit, build, machine, command)."""
     stamp = document.get("provenance") or {}
@@ -202,10 +244,16 @@ RENDERERS: dict[str, Renderer] = {
     "router-sweep": render_router_sweep,
     "router-overhead": render_router_overhead,
     "runtime-overhead": render_runtime_overhead,
+    "slo-loads": render_slo_loads,
     "provenance": render_provenance,
 }
 RUNS_RENDERERS: dict[str, RunsRenderer] = {
     "ttft-targets": render_ttft_targets,
+    "slo-targets": render_slo_targets,
+    "estimator": render_estimator,
+    "gpu-calibration": render_gpu_calibration,
+    "sim-ttft": render_sim_ttft,
+    "sim-ttft-targets": render_sim_ttft_targets,
 }
 
 
