@@ -50,6 +50,7 @@ from lookahead_sdk.bench.common import (
     write_json,
 )
 from lookahead_sdk.bench.ttft import DEFAULT_TOOL_LATENCY_S
+from lookahead_sdk.bench.ttft_targets import FEW_TURNS
 
 FRAMEWORKS: tuple[str, ...] = ("reference", "langchain", "llamaindex", "autogen")
 MODES = ("sync", "lookahead")
@@ -358,11 +359,17 @@ def summary(document: dict[str, Any]) -> dict[str, Any]:
         row[f"{run['mode']}_transform_p50_s"] = percentile(run["transform_ttft_s"], 50)
         row[f"{run['mode']}_normal_p50_s"] = percentile(run["normal_ttft_s"], 50)
         row[f"{run['mode']}_transform_turns"] = len(run["transform_ttft_s"])
+        row[f"{run['mode']}_ttft_sum_s"] = sum(run["transform_ttft_s"]) + sum(run["normal_ttft_s"])
+        row[f"{run['mode']}_wall_s"] = run["wall_s"]
     for row in ttft.values():
         sync, look = row.get("sync_transform_p50_s"), row.get("lookahead_transform_p50_s")
         row["reduction"] = (
             1 - look / sync if sync and look == look and sync == sync else float("nan")
         )
+        row["normal_ratio"] = _ratio(
+            row.get("lookahead_normal_p50_s"), row.get("sync_normal_p50_s")
+        )
+        row["wall_ratio"] = _ratio(row.get("lookahead_wall_s"), row.get("sync_wall_s"))
     overhead = {
         run["framework"]: {
             "p50_ms": percentile(run["hook_ms"], 50),
@@ -372,6 +379,12 @@ def summary(document: dict[str, Any]) -> dict[str, Any]:
         for run in document["overhead_runs"]
     }
     return {"ttft": ttft, "overhead": overhead}
+
+
+def _ratio(numerator: float | None, denominator: float | None) -> float:
+    if not numerator or not denominator or math.isnan(numerator) or math.isnan(denominator):
+        return float("nan")
+    return numerator / denominator
 
 
 def plot(document: dict[str, Any], path: str | Path) -> Path:
@@ -432,8 +445,9 @@ def plot(document: dict[str, Any], path: str | Path) -> Path:
 
 ADAPTERS_LEGEND = (
     "p50 TTFT of T: transform turns (a commit or a synchronous transform), N: normal turns; "
-    "cut: 1 - look T / sync T; T turns: transform turns of the sync / lookahead run. Overhead: "
-    "the adapter's own time per model turn (fake model), and the framework's whole turn."
+    "cut: 1 - look T / sync T; N l/s: look N / sync N; wall l/s: the lookahead run's wall time "
+    "/ the sync run's. Overhead: the adapter's own time per model turn (fake model), and the "
+    "framework's whole turn."
 )
 
 
@@ -444,33 +458,48 @@ def summary_tables(document: dict[str, Any]) -> list[Table]:
     if result["ttft"]:
         ttft = compact_table(
             "Transform-turn TTFT p50 (framework examples, embedded engine)",
-            ("framework", "sync T", "look T", "cut", "sync N", "look N", "T turns"),
+            ("framework", "sync T", "look T", "cut", "sync N", "look N", "N l/s", "wall l/s"),
         )
+        few_turns = False
         for name, row in result["ttft"].items():
+            sync_few = row.get("sync_transform_turns", 0) < FEW_TURNS
+            look_few = row.get("lookahead_transform_turns", 0) < FEW_TURNS
+            few_turns |= sync_few or look_few
             ttft.add_row(
                 name,
-                _seconds(row.get("sync_transform_p50_s")),
-                _seconds(row.get("lookahead_transform_p50_s")),
+                _seconds(row.get("sync_transform_p50_s"))
+                + (f"*{row.get('sync_transform_turns', 0)}" if sync_few else ""),
+                _seconds(row.get("lookahead_transform_p50_s"))
+                + (f"*{row.get('lookahead_transform_turns', 0)}" if look_few else ""),
                 "-" if math.isnan(row["reduction"]) else f"{row['reduction']:.0%}",
                 _seconds(row.get("sync_normal_p50_s")),
                 _seconds(row.get("lookahead_normal_p50_s")),
-                f"{row.get('sync_transform_turns', 0)}/{row.get('lookahead_transform_turns', 0)}",
+                _times(row["normal_ratio"]),
+                _times(row["wall_ratio"]),
             )
+        if few_turns:
+            ttft.caption = f"*n: p50 of n < {FEW_TURNS} transform turns"
         tables.append(ttft)
     if result["overhead"]:
+        target = document.get("overhead_target_ms", OVERHEAD_TARGET_MS)
         overhead = compact_table(
-            f"Adapter overhead per model turn (target p50 <= {OVERHEAD_TARGET_MS} ms)",
-            ("adapter", "p50", "p99", "framework turn"),
+            f"Adapter overhead per model turn (target p50 <= {target} ms, this run)",
+            ("adapter", "p50", "met", "p99", "framework turn"),
         )
         for name, row in result["overhead"].items():
             overhead.add_row(
                 name,
                 f"{row['p50_ms']:.3f} ms",
+                "yes" if row["p50_ms"] <= target else "NO",
                 f"{row['p99_ms']:.3f} ms",
                 f"{row['turn_ms']:.2f} ms",
             )
         tables.append(overhead)
     return tables
+
+
+def _times(value: float) -> str:
+    return "-" if math.isnan(value) else f"{value:.2f}x"
 
 
 def _seconds(value: float | None) -> str:

@@ -109,6 +109,10 @@ def percentile(values: Sequence[float], q: float) -> float:
     return ordered[low] + (ordered[high] - ordered[low]) * (rank - low)
 
 
+def p50(values: Sequence[float]) -> float:
+    return percentile(values, 50)
+
+
 def new_figure(rows: int = 1, cols: int = 1, *, size: tuple[float, float] = (10, 4)) -> Any:
     """A matplotlib (figure, axes) pair on the Agg backend (no display needed)."""
     import matplotlib

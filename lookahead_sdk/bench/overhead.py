@@ -144,19 +144,61 @@ def plot(document: dict, path: Path) -> None:
     save_figure(figure, path)
 
 
+TARGET_CONTEXT_TOKENS = 32768  # the target is judged at 32K / 200 messages, 2 new messages
+
+
+def summary_rows(document: dict) -> list[tuple[str, float, float]]:
+    """(configuration, p50 ms, p99 ms) for every measured point."""
+    rows = [
+        (
+            f"{r['context_tokens'] // 1024}K-token history, {r['new_messages']} new messages",
+            r["p50_ms"],
+            r["p99_ms"],
+        )
+        for r in document["by_context"]
+    ]
+    rows += [
+        (
+            f"32K, {r['new_messages']} new message{'s' if r['new_messages'] > 1 else ''}",
+            r["p50_ms"],
+            r["p99_ms"],
+        )
+        for r in document["by_new_messages"]
+    ]
+    return rows
+
+
+def target_point(document: dict) -> dict:
+    return next(
+        r
+        for r in document["by_context"]
+        if r["context_tokens"] == TARGET_CONTEXT_TOKENS and r["new_messages"] == 2
+    )
+
+
+def markdown_table(document: dict) -> str:
+    lines = ["| configuration | p50 | p99 |", "|---|---|---|"]
+    lines += [
+        f"| {label} | {p50_ms:.3f} ms | {p99_ms:.3f} ms |"
+        for label, p50_ms, p99_ms in summary_rows(document)
+    ]
+    point, target = target_point(document), document["target_p50_ms"]
+    met = "met" if point["p50_ms"] <= target else "**not met**"
+    lines.append("")
+    lines.append(
+        f"Target p50 <= {target} ms per turn at 32K / {point['history_messages']} messages, "
+        f"2 new: {point['p50_ms']:.3f} ms, {met}. Token counter: {document['token_counter']}; "
+        f"{point['turns']} turns per point."
+    )
+    return "\n".join(lines) + "\n"
+
+
 def main(args: argparse.Namespace) -> int:
     document = asyncio.run(run(args.turns))
     write_json(args.json, document)
     if args.plot:
         plot(document, args.plot)
-    for r in document["by_context"]:
-        print(
-            f"{r['context_tokens'] // 1024:>4}K history, {r['new_messages']} new: p50 {r['p50_ms']:.3f} ms  p99 {r['p99_ms']:.3f} ms"
-        )
-    for r in document["by_new_messages"]:
-        print(
-            f" 32K history, {r['new_messages']} new: p50 {r['p50_ms']:.3f} ms  p99 {r['p99_ms']:.3f} ms"
-        )
+    print(markdown_table(document), end="")
     return 0
 
 

@@ -24,6 +24,7 @@ from typing import Any
 
 Document = dict[str, Any]
 Renderer = Callable[[Document], str]
+RunsRenderer = Callable[[Sequence[tuple[str, Document]]], str]  # several JSON, comma-separated
 
 BLOCK = re.compile(
     r"(?P<open><!-- report: (?P<name>[\w-]+) (?P<source>\S+) -->\n)(?P<body>.*?)(?P<close><!-- /report -->)",
@@ -62,6 +63,20 @@ def render_adapters(document: Document) -> str:
     from lookahead_sdk.bench.adapters import summary_tables
 
     return _rich_text(summary_tables(document))
+
+
+def render_runtime_overhead(document: Document) -> str:
+    """`bench overhead`: the runtime's bookkeeping per turn, by history size and new messages."""
+    from lookahead_sdk.bench.overhead import markdown_table
+
+    return markdown_table(document)
+
+
+def render_ttft_targets(runs: Sequence[tuple[str, Document]]) -> str:
+    """`bench ttft` runs: each target per run, a pool of the runs beside them."""
+    from lookahead_sdk.bench.ttft_targets import targets_tables
+
+    return _rich_text(targets_tables(runs))
 
 
 def _cell(value: Any) -> str:
@@ -168,6 +183,48 @@ def render_router_overhead(document: Document) -> str:
     return table + f"\n\nLoad average (1 min): {before:.1f} before, {after:.1f} after.\n"
 
 
+def render_slo_loads(document: Document) -> str:
+    """`bench slo`, one seed: both policies at the loads where the verdict turns, every even one."""
+    from lookahead_sdk.bench.report_scheduling import slo_loads_table
+
+    return slo_loads_table(document)
+
+
+def render_slo_targets(runs: Sequence[tuple[str, Document]]) -> str:
+    """`bench slo`, one row per seed: vanilla's break, how far lookahead-aware holds, >= 2x met."""
+    from lookahead_sdk.bench.report_scheduling import slo_targets_table
+
+    return slo_targets_table(runs)
+
+
+def render_estimator(runs: Sequence[tuple[str, Document]]) -> str:
+    """`bench estimator`, one row per source of each run: held-out and k-fold errors, <= 10% met."""
+    from lookahead_sdk.bench.report_scheduling import estimator_table
+
+    return estimator_table(runs)
+
+
+def render_gpu_calibration(runs: Sequence[tuple[str, Document]]) -> str:
+    """The H200 fit: calibration report, profile and an independent run's batches."""
+    from lookahead_sdk.bench.report_scheduling import gpu_calibration_table
+
+    return gpu_calibration_table(runs)
+
+
+def render_sim_ttft(runs: Sequence[tuple[str, Document]]) -> str:
+    """`bench sim-ttft` (--json, optionally its --raw-json): every run, and the verdict line."""
+    from lookahead_sdk.bench.report_scheduling import sim_ttft_table
+
+    return sim_ttft_table(runs)
+
+
+def render_sim_ttft_targets(runs: Sequence[tuple[str, Document]]) -> str:
+    """`bench sim-ttft`, one row per sweep: mean p90 reduction, >= 62% met."""
+    from lookahead_sdk.bench.report_scheduling import sim_ttft_targets_table
+
+    return sim_ttft_targets_table(runs)
+
+
 def render_provenance(document: Document) -> str:
     """One line: what measured the figures (commit, build, machine, command)."""
     stamp = document.get("provenance") or {}
@@ -186,7 +243,17 @@ RENDERERS: dict[str, Renderer] = {
     "router-targets": render_router_targets,
     "router-sweep": render_router_sweep,
     "router-overhead": render_router_overhead,
+    "runtime-overhead": render_runtime_overhead,
+    "slo-loads": render_slo_loads,
     "provenance": render_provenance,
+}
+RUNS_RENDERERS: dict[str, RunsRenderer] = {
+    "ttft-targets": render_ttft_targets,
+    "slo-targets": render_slo_targets,
+    "estimator": render_estimator,
+    "gpu-calibration": render_gpu_calibration,
+    "sim-ttft": render_sim_ttft,
+    "sim-ttft-targets": render_sim_ttft_targets,
 }
 
 
@@ -198,15 +265,22 @@ def blocks(path: Path) -> list[Block]:
 
 
 def render(block: Block, root: Path) -> str:
-    renderer = RENDERERS.get(block.name)
-    if renderer is None:
+    known = sorted([*RENDERERS, *RUNS_RENDERERS])
+    if block.name not in known:
+        raise ValueError(f"{block.path}: no report renderer {block.name!r}; known: {known}")
+    sources = block.source.split(",")
+    for source in sources:
+        if not (root / source).is_file():
+            raise ValueError(f"{block.path}: report {block.name!r} reads {source}, missing")
+    documents = [(Path(source).stem, json.loads((root / source).read_text())) for source in sources]
+    if block.name in RUNS_RENDERERS:
+        return RUNS_RENDERERS[block.name](documents)
+    if len(documents) != 1:
         raise ValueError(
-            f"{block.path}: no report renderer {block.name!r}; known: {sorted(RENDERERS)}"
+            f"{block.path}: report {block.name!r} reads one JSON file, got {block.source}; "
+            f"only {sorted(RUNS_RENDERERS)} take several, comma-separated"
         )
-    source = root / block.source
-    if not source.is_file():
-        raise ValueError(f"{block.path}: report {block.name!r} reads {block.source}, missing")
-    return renderer(json.loads(source.read_text()))
+    return RENDERERS[block.name](documents[0][1])
 
 
 def regenerate(path: Path, root: Path) -> tuple[str, list[Block]]:

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import argparse
 import itertools
-from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -202,33 +201,31 @@ def run(args: argparse.Namespace) -> int:
     }
     write_json(args.json, document)
     console.print(_table(loads, points))
-    console.print(verdict(loads, points))
+    console.print(verdict(document))
     if args.plot:
         _plot(args.plot, loads, points)
     return 0
 
 
-def verdict(loads: list[float], points: dict[PolicyName, list[SloPoint]]) -> str:
-    def held_up_to(ok: Callable[[SloPoint], bool]) -> float | None:
-        held = None
-        for load, point in zip(loads, points["lookahead"], strict=True):
-            if not ok(point):
-                break
-            held = load
-        return held
+def verdict(document: dict[str, Any]) -> str:
+    """The run's verdict on the target, from its JSON (the rule: `report_scheduling.slo_verdict`,
+    which the docs' tables use too)."""
+    from lookahead_sdk.bench.report_scheduling import slo_verdict
 
-    vanilla_break = next(
-        (load for load, p in zip(loads, points["vanilla"], strict=True) if not p.meets_slo()), None
-    )
-    if vanilla_break is None:
+    result = slo_verdict(document)
+    loads = result.loads
+
+    def load(index: int | None) -> float | None:
+        return None if index is None else loads[index]
+
+    if result.vanilla_break is None:
         return f"vanilla met both SLOs at every load (up to {loads[-1]}/s): raise --be-loads"
-    slo_only = held_up_to(SloPoint.meets_slo)
-    with_on_time = held_up_to(lambda p: p.meets_slo() and p.on_time_frac >= 0.9)
-    target = "met" if with_on_time is not None and with_on_time >= 2 * vanilla_break else "NOT met"
+    vanilla_break = loads[result.vanilla_break]
     return (
         f"vanilla breaks the SLOs at {vanilla_break:g}/s; lookahead-aware holds them up to "
-        f"{slo_only}/s, and with >= 90% of lookaheads on time up to {with_on_time}/s "
-        f"(target >= 2x = {2 * vanilla_break:g}/s: {target})"
+        f"{load(result.slo_held)}/s, and with >= 90% of lookaheads on time up to "
+        f"{load(result.held)}/s (target >= 2x = {2 * vanilla_break:g}/s: "
+        f"{'met' if result.met else 'NOT met'})"
     )
 
 

@@ -12,7 +12,7 @@ import argparse
 import asyncio
 import math
 import platform
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -39,11 +39,12 @@ from lookahead_sdk.base.args import (
 from lookahead_sdk.bench.common import (
     compact_table,
     new_figure,
-    percentile,
+    p50,
     progress,
     save_figure,
     write_json,
 )
+from lookahead_sdk.bench.ttft_targets import FEW_TURNS
 from lookahead_sdk.client.slack import DEFAULT_GATE_ADMISSION, GATE_ADMISSIONS, GateAdmission
 from lookahead_sdk.errors import ConfigurationError
 
@@ -244,10 +245,6 @@ async def run_ttft_bench(
             engine.stop()
 
 
-def p50(values: Sequence[float]) -> float:
-    return percentile(values, 50)
-
-
 # Normal turns within this fraction of a transform turn's new tokens count as the same size.
 SAME_SIZE_TOLERANCE = 0.25
 
@@ -326,11 +323,15 @@ def summary_tables(document: dict[str, Any]) -> list[Table]:
         "Lookahead work (lookahead runs)",
         ("strategy", "hits", "stale", "fallbacks", "extra tok", "net tok", "wasted tok"),
     )
-    for row in rows:
+    few_turns = False
+    for row, runs in zip(rows, document["strategies"].values(), strict=True):
+        sync_few = len(runs["sync"]["transform_ttft_s"]) < FEW_TURNS
+        look_few = len(runs["lookahead"]["transform_ttft_s"]) < FEW_TURNS
+        few_turns |= sync_few or look_few
         ttft.add_row(
             row["strategy"],
-            _seconds(row["sync_transform_p50_s"]),
-            _seconds(row["lookahead_transform_p50_s"]),
+            _seconds(row["sync_transform_p50_s"]) + ("*" if sync_few else ""),
+            _seconds(row["lookahead_transform_p50_s"]) + ("*" if look_few else ""),
             _share(row["reduction"]),
             _seconds(row["sync_normal_p50_s"]),
             _seconds(row["lookahead_normal_p50_s"]),
@@ -346,6 +347,8 @@ def summary_tables(document: dict[str, Any]) -> list[Table]:
             str(row["net_extra_prompt_tokens"]),
             str(row["wasted_prompt_tokens"]),
         )
+    if few_turns:
+        ttft.caption = f"*: p50 of fewer than {FEW_TURNS} transform turns"
     return [ttft, work]
 
 

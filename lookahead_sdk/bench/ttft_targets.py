@@ -1,0 +1,206 @@
+"""The transform-turn TTFT targets, judged per run, with a pool of several runs beside them.
+
+A target counts as met per run. A run of one agent has 2-4 transform turns per strategy and a
+run of four agents 8-15, so one run's p50 moves by a few tenths of a second on a shared CPU;
+the pooled row (the p50 of the union of the runs' raw lists, sync and lookahead from the same
+runs, so the ratio stays side by side) shows where the runs centre, never in place of them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from rich.table import Table
+
+from lookahead_sdk.bench.common import compact_table, p50
+
+RATIO_TARGET = 0.35  # lookahead T p50 <= 0.35 x sync T p50, per strategy
+TRANSFORM_VS_NORMAL_TARGET = 1.5  # lookahead T p50 <= 1.5 x lookahead N p50 (physical limit)
+MEAN_REDUCTION_TARGET = 0.70  # mean over strategies of 1 - lookahead T / sync T
+# The whole run (a gain on the transform turn must not hide a loss elsewhere):
+NORMAL_RATIO_TARGET = 1.10  # lookahead N p50 <= 1.10 x sync N p50
+WALL_RATIO_TARGET = 1.02  # lookahead run's wall time <= 1.02 x sync's
+FEW_TURNS = 5  # a p50 of fewer turns than this is marked
+
+Labelled = tuple[str, dict[str, Any]]  # (a run's label, its `bench ttft` document)
+
+
+@dataclass
+class TurnLists:
+    """The raw lists one strategy contributes, from one run or pooled over several."""
+
+    sync_transform: list[float] = field(default_factory=list)
+    lookahead_transform: list[float] = field(default_factory=list)
+    lookahead_normal: list[float] = field(default_factory=list)
+
+    def add(self, strategy: dict[str, Any]) -> None:
+        self.sync_transform += strategy["sync"]["transform_ttft_s"]
+        self.lookahead_transform += strategy["lookahead"]["transform_ttft_s"]
+        self.lookahead_normal += strategy["lookahead"]["normal_ttft_s"]
+
+    @property
+    def turns(self) -> int:
+        return min(len(self.sync_transform), len(self.lookahead_transform))
+
+    @property
+    def ratio(self) -> float:
+        return p50(self.lookahead_transform) / p50(self.sync_transform)
+
+    @property
+    def transform_vs_normal(self) -> float:
+        return p50(self.lookahead_transform) / p50(self.lookahead_normal)
+
+
+@dataclass(frozen=True)
+class TargetRow:
+    run: str
+    strategy: str
+    turns: int
+    ratio: float
+    transform_vs_normal: float
+    pooled: bool = False
+
+    @property
+    def ratio_met(self) -> bool:
+        return self.ratio <= RATIO_TARGET
+
+    @property
+    def transform_vs_normal_met(self) -> bool:
+        return self.transform_vs_normal <= TRANSFORM_VS_NORMAL_TARGET
+
+
+def target_rows(runs: Sequence[Labelled]) -> list[TargetRow]:
+    """One row per run and strategy, then a pooled row for each strategy in several runs."""
+    rows: list[TargetRow] = []
+    pooled: dict[str, TurnLists] = {}
+    pooled_runs: dict[str, int] = {}
+    for label, document in runs:
+        for name, strategy in document["strategies"].items():
+            lists = TurnLists()
+            lists.add(strategy)
+            rows.append(TargetRow(label, name, lists.turns, lists.ratio, lists.transform_vs_normal))
+            pooled.setdefault(name, TurnLists()).add(strategy)
+            pooled_runs[name] = pooled_runs.get(name, 0) + 1
+    rows += [
+        TargetRow(
+            f"pool of {pooled_runs[name]}",
+            name,
+            lists.turns,
+            lists.ratio,
+            lists.transform_vs_normal,
+            pooled=True,
+        )
+        for name, lists in pooled.items()
+        if pooled_runs[name] > 1
+    ]
+    return rows
+
+
+def mean_reduction(document: dict[str, Any]) -> float:
+    reductions = []
+    for strategy in document["strategies"].values():
+        lists = TurnLists()
+        lists.add(strategy)
+        reductions.append(1 - lists.ratio)
+    return sum(reductions) / len(reductions)
+
+
+@dataclass(frozen=True)
+class WholeRunRow:
+    """One run of one strategy as a whole: its normal turns, every TTFT summed, its wall time."""
+
+    run: str
+    strategy: str
+    normal_ratio: float
+    sync_ttft_sum_s: float
+    lookahead_ttft_sum_s: float
+    wall_ratio: float
+
+    @property
+    def normal_ratio_met(self) -> bool:
+        return self.normal_ratio <= NORMAL_RATIO_TARGET
+
+    @property
+    def ttft_sum_met(self) -> bool:
+        return self.lookahead_ttft_sum_s < self.sync_ttft_sum_s
+
+    @property
+    def wall_ratio_met(self) -> bool:
+        return self.wall_ratio <= WALL_RATIO_TARGET
+
+
+def whole_run_rows(runs: Sequence[Labelled]) -> list[WholeRunRow]:
+    rows = []
+    for label, document in runs:
+        for name, strategy in document["strategies"].items():
+            sync, look = strategy["sync"], strategy["lookahead"]
+            rows.append(
+                WholeRunRow(
+                    label,
+                    name,
+                    p50(look["normal_ttft_s"]) / p50(sync["normal_ttft_s"]),
+                    sum(sync["transform_ttft_s"]) + sum(sync["normal_ttft_s"]),
+                    sum(look["transform_ttft_s"]) + sum(look["normal_ttft_s"]),
+                    look["wall_s"] / sync["wall_s"],
+                )
+            )
+    return rows
+
+
+def _met(met: bool) -> str:
+    return "yes" if met else "NO"
+
+
+def targets_tables(runs: Sequence[Labelled]) -> list[Table]:
+    per_strategy = compact_table(
+        f"Targets per run: look T <= {RATIO_TARGET} x sync T, T/N <= {TRANSFORM_VS_NORMAL_TARGET}",
+        ("run", "strategy", "turns", "look/sync", "met", "T/N", "met"),
+    )
+    few = False
+    for row in target_rows(runs):
+        marker = "*" if row.turns < FEW_TURNS else ""
+        few |= bool(marker)
+        per_strategy.add_row(
+            row.run,
+            row.strategy,
+            f"{row.turns}{marker}",
+            f"{row.ratio:.2f}",
+            "(pooled)" if row.pooled else _met(row.ratio_met),
+            f"{row.transform_vs_normal:.2f}",
+            "(pooled)" if row.pooled else _met(row.transform_vs_normal_met),
+        )
+    if few:
+        per_strategy.caption = f"*: p50 of fewer than {FEW_TURNS} transform turns"
+    means = compact_table(
+        f"Mean cut per run (target >= {MEAN_REDUCTION_TARGET:.0%})",
+        ("run", "strategies", "mean cut", "met"),
+    )
+    for label, document in runs:
+        if len(document["strategies"]) < 2:
+            continue  # a run of one strategy has no mean over strategies
+        reduction = mean_reduction(document)
+        means.add_row(
+            label,
+            str(len(document["strategies"])),
+            f"{reduction:.0%}",
+            _met(reduction >= MEAN_REDUCTION_TARGET),
+        )
+    whole = compact_table(
+        f"Whole run: N l/s <= {NORMAL_RATIO_TARGET}, sum TTFT look < sync, "
+        f"wall l/s <= {WALL_RATIO_TARGET}",
+        ("run", "strategy", "N l/s", "met", "sum TTFT s->l", "met", "wall l/s", "met"),
+    )
+    for row in whole_run_rows(runs):
+        whole.add_row(
+            row.run,
+            row.strategy,
+            f"{row.normal_ratio:.2f}",
+            _met(row.normal_ratio_met),
+            f"{row.sync_ttft_sum_s:.0f}->{row.lookahead_ttft_sum_s:.0f}s",
+            _met(row.ttft_sum_met),
+            f"{row.wall_ratio:.2f}",
+            _met(row.wall_ratio_met),
+        )
+    return [per_strategy, *([means] if means.row_count else []), whole]

@@ -1,0 +1,97 @@
+"""bench ttft's targets are judged per run; the pool is shown beside the runs, never instead."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from lookahead_sdk.bench.report import _rich_text, render_ttft_targets
+from lookahead_sdk.bench.ttft import summary_tables
+from lookahead_sdk.bench.ttft_targets import (
+    mean_reduction,
+    target_rows,
+    targets_tables,
+    whole_run_rows,
+)
+
+
+def strategy(sync_t: list[float], look_t: list[float], look_n: list[float]) -> dict[str, Any]:
+    empty = {"prefilled_prompt_tokens": 0, "normal_new_tokens": [], "transform_new_tokens": []}
+    return {
+        "sync": {**empty, "transform_ttft_s": sync_t, "normal_ttft_s": [1.0], "wall_s": 60.0},
+        "lookahead": {
+            **empty,
+            "transform_ttft_s": look_t,
+            "normal_ttft_s": look_n,
+            "transform_turns": len(look_t),
+            "lookahead_hits": len(look_t),
+            "stale": 0,
+            "fallbacks": 0,
+            "extra_prompt_tokens": 0,
+            "wasted_prompt_tokens": 0,
+            "wall_s": 60.0,
+        },
+    }
+
+
+def run(offload_look: list[float]) -> dict[str, Any]:
+    return {
+        "agents": 1,
+        "steps": 28,
+        "model": "m",
+        "strategies": {
+            "offload": strategy([4.0] * 5, offload_look, [1.0] * 5),
+            "summarize": strategy([10.0, 10.0], [1.0, 1.0], [1.0] * 5),
+        },
+    }
+
+
+def test_a_target_is_met_per_run_and_the_pool_never_decides() -> None:
+    good, bad = run([1.0] * 5), run([2.0] * 5)  # offload 0.25x and 0.5x of sync
+    rows = target_rows([("good", good), ("bad", bad)])
+    offload = {row.run: row for row in rows if row.strategy == "offload"}
+    assert offload["good"].ratio == pytest.approx(0.25) and offload["good"].ratio_met
+    assert offload["bad"].ratio == pytest.approx(0.5) and not offload["bad"].ratio_met
+    assert offload["bad"].transform_vs_normal == pytest.approx(2.0)
+    assert not offload["bad"].transform_vs_normal_met
+    pooled = offload["pool of 2"]
+    assert pooled.pooled and pooled.turns == 10
+    table = _rich_text(targets_tables([("good", good), ("bad", bad)])[:1])
+    [bad_offload] = [
+        line for line in table.splitlines() if line.startswith("bad ") and "offload" in line
+    ]
+    assert "NO" in bad_offload
+    [pool_line] = [line for line in table.splitlines() if "pool of 2" in line and "offload" in line]
+    assert "(pooled)" in pool_line and "yes" not in pool_line and "NO" not in pool_line
+
+
+def test_a_median_of_fewer_than_five_turns_is_marked() -> None:
+    document = run([1.0] * 5)
+    text = _rich_text(summary_tables(document))
+    offload = next(line for line in text.splitlines() if line.startswith("offload"))
+    summarize = next(line for line in text.splitlines() if line.startswith("summarize"))
+    assert "*" not in offload and "10.00s*" in summarize and "1.00s*" in summarize
+    assert "fewer than 5 transform turns" in text
+    targets = render_ttft_targets([("one", document)])
+    assert any(
+        line.startswith("one") and "summarize" in line and "2*" in line
+        for line in targets.splitlines()
+    )
+
+
+def test_the_mean_reduction_is_over_the_strategies_of_one_run() -> None:
+    assert mean_reduction(run([1.0] * 5)) == pytest.approx((0.75 + 0.9) / 2)
+
+
+def test_the_whole_run_is_judged_beside_the_transform_turn() -> None:
+    document = run([1.0] * 5)
+    for mode, wall in (("sync", 100.0), ("lookahead", 110.0)):
+        for name in document["strategies"]:
+            document["strategies"][name][mode]["wall_s"] = wall
+    document["strategies"]["offload"]["lookahead"]["normal_ttft_s"] = [1.2] * 5
+    [offload] = [row for row in whole_run_rows([("r", document)]) if row.strategy == "offload"]
+    assert offload.normal_ratio == pytest.approx(1.2) and not offload.normal_ratio_met
+    assert offload.wall_ratio == pytest.approx(1.1) and not offload.wall_ratio_met
+    assert offload.sync_ttft_sum_s == pytest.approx(21.0)
+    assert offload.lookahead_ttft_sum_s == pytest.approx(11.0) and offload.ttft_sum_met
