@@ -45,6 +45,11 @@ class TurnLists:
         return min(len(self.sync_transform), len(self.lookahead_transform))
 
     @property
+    def turns_label(self) -> str:
+        """Transform turns of the sync / lookahead runs (the lookahead run may commit more)."""
+        return f"{len(self.sync_transform)}/{len(self.lookahead_transform)}"
+
+    @property
     def ratio(self) -> float:
         return p50(self.lookahead_transform) / p50(self.sync_transform)
 
@@ -58,6 +63,7 @@ class TargetRow:
     run: str
     strategy: str
     turns: int
+    turns_label: str
     ratio: float
     transform_vs_normal: float
     pooled: bool = False
@@ -80,7 +86,16 @@ def target_rows(runs: Sequence[Labelled]) -> list[TargetRow]:
         for name, strategy in document["strategies"].items():
             lists = TurnLists()
             lists.add(strategy)
-            rows.append(TargetRow(label, name, lists.turns, lists.ratio, lists.transform_vs_normal))
+            rows.append(
+                TargetRow(
+                    label,
+                    name,
+                    lists.turns,
+                    lists.turns_label,
+                    lists.ratio,
+                    lists.transform_vs_normal,
+                )
+            )
             pooled.setdefault(name, TurnLists()).add(strategy)
             pooled_runs[name] = pooled_runs.get(name, 0) + 1
     rows += [
@@ -88,6 +103,7 @@ def target_rows(runs: Sequence[Labelled]) -> list[TargetRow]:
             f"pool of {pooled_runs[name]}",
             name,
             lists.turns,
+            lists.turns_label,
             lists.ratio,
             lists.transform_vs_normal,
             pooled=True,
@@ -156,7 +172,7 @@ def _met(met: bool) -> str:
 def targets_tables(runs: Sequence[Labelled]) -> list[Table]:
     per_strategy = compact_table(
         f"Targets per run: look T <= {RATIO_TARGET} x sync T, T/N <= {TRANSFORM_VS_NORMAL_TARGET}",
-        ("run", "strategy", "turns", "look/sync", "met", "T/N", "met"),
+        ("run", "strategy", "T s/l", "look/sync", "met", "T/N", "met"),
     )
     few = False
     for row in target_rows(runs):
@@ -165,14 +181,14 @@ def targets_tables(runs: Sequence[Labelled]) -> list[Table]:
         per_strategy.add_row(
             row.run,
             row.strategy,
-            f"{row.turns}{marker}",
-            f"{row.ratio:.2f}",
+            f"{row.turns_label}{marker}",
+            f"{row.ratio:.3f}",
             "(pooled)" if row.pooled else _met(row.ratio_met),
-            f"{row.transform_vs_normal:.2f}",
+            f"{row.transform_vs_normal:.3f}",
             "(pooled)" if row.pooled else _met(row.transform_vs_normal_met),
         )
     if few:
-        per_strategy.caption = f"*: p50 of fewer than {FEW_TURNS} transform turns"
+        per_strategy.caption = f"*: a p50 of fewer than {FEW_TURNS} transform turns"
     means = compact_table(
         f"Mean cut per run (target >= {MEAN_REDUCTION_TARGET:.0%})",
         ("run", "strategies", "mean cut", "met"),
@@ -196,11 +212,11 @@ def targets_tables(runs: Sequence[Labelled]) -> list[Table]:
         whole.add_row(
             row.run,
             row.strategy,
-            f"{row.normal_ratio:.2f}",
+            f"{row.normal_ratio:.3f}",
             _met(row.normal_ratio_met),
             f"{row.sync_ttft_sum_s:.0f}->{row.lookahead_ttft_sum_s:.0f}s",
             _met(row.ttft_sum_met),
-            f"{row.wall_ratio:.2f}",
+            f"{row.wall_ratio:.3f}",
             _met(row.wall_ratio_met),
         )
     return [per_strategy, *([means] if means.row_count else []), whole]

@@ -56,7 +56,7 @@ def test_a_target_is_met_per_run_and_the_pool_never_decides() -> None:
     assert offload["bad"].transform_vs_normal == pytest.approx(2.0)
     assert not offload["bad"].transform_vs_normal_met
     pooled = offload["pool of 2"]
-    assert pooled.pooled and pooled.turns == 10
+    assert pooled.pooled and pooled.turns == 10 and pooled.turns_label == "10/10"
     table = _rich_text(targets_tables([("good", good), ("bad", bad)])[:1])
     [bad_offload] = [
         line for line in table.splitlines() if line.startswith("bad ") and "offload" in line
@@ -75,7 +75,7 @@ def test_a_median_of_fewer_than_five_turns_is_marked() -> None:
     assert "fewer than 5 transform turns" in text
     targets = render_ttft_targets([("one", document)])
     assert any(
-        line.startswith("one") and "summarize" in line and "2*" in line
+        line.startswith("one") and "summarize" in line and "2/2*" in line
         for line in targets.splitlines()
     )
 
