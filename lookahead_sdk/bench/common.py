@@ -30,18 +30,17 @@ def write_json(path: str | Path, document: Any) -> Path:
 
 
 def provenance() -> dict[str, Any]:
-    """The git commit (and whether the tree had uncommitted changes), the embedded engine's
-    build id and model, the machine, the UTC date and the exact command."""
+    """The git commit (and whether code outside docs/ had uncommitted changes), the embedded
+    engine's build id and model, the machine, the UTC date and the exact command."""
     from lookahead_sdk._version import __version__
     from lookahead_sdk.engine.build_id import BUILD_ID
     from lookahead_sdk.engine.model import DEFAULT_QUANTIZATION, MODEL_NAME
 
     root = Path(__file__).resolve().parents[2]
     commit = _git(root, "rev-parse", "HEAD")
-    status = _git(root, "status", "--porcelain", "--untracked-files=no")
     return {
         "commit": commit,
-        "dirty": bool(status) if commit is not None else None,
+        "dirty": dirty_outside_docs(root) if commit is not None else None,
         "version": __version__,
         "engine_build": BUILD_ID,
         "model": f"{MODEL_NAME} ({DEFAULT_QUANTIZATION})",
@@ -56,6 +55,14 @@ def provenance() -> dict[str, Any]:
         if Path(sys.argv[0]).name in ("lookahead-sdk", "__main__.py")
         else " ".join([Path(sys.executable).name, *sys.argv]),
     }
+
+
+def dirty_outside_docs(root: Path) -> bool | None:
+    """Whether the checkout at `root` has uncommitted changes to tracked files outside docs/.
+    Results and docs cannot change a measurement: a bench that runs after another one wrote its
+    JSON into docs/ still measured the committed code."""
+    status = _git(root, "status", "--porcelain", "--untracked-files=no", "--", ".", ":!docs")
+    return None if status is None else bool(status)
 
 
 def _git(root: Path, *args: str) -> str | None:
