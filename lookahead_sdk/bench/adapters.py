@@ -360,7 +360,7 @@ def summary(document: dict[str, Any]) -> dict[str, Any]:
         row[f"{run['mode']}_normal_p50_s"] = percentile(run["normal_ttft_s"], 50)
         row[f"{run['mode']}_transform_turns"] = len(run["transform_ttft_s"])
         row[f"{run['mode']}_ttft_sum_s"] = sum(run["transform_ttft_s"]) + sum(run["normal_ttft_s"])
-        row[f"{run['mode']}_wall_s"] = run["wall_s"]
+        row[f"{run['mode']}_wall_s"] = run.get("wall_s", math.nan)
     for row in ttft.values():
         sync, look = row.get("sync_transform_p50_s"), row.get("lookahead_transform_p50_s")
         row["reduction"] = (

@@ -225,6 +225,14 @@ def render_sim_ttft_targets(runs: Sequence[tuple[str, Document]]) -> str:
     return sim_ttft_targets_table(runs)
 
 
+def render_router_engine(document: Document) -> str:
+    """`bench router --mode engine`: every arm and repeat on real llama-servers, the targets."""
+    from lookahead_sdk.bench.router_engine import summary_table, verdict_lines
+
+    table = _rich_text([summary_table(document)])
+    return table + "\n" + "\n".join(f"- {line}" for line in verdict_lines(document)) + "\n"
+
+
 def render_provenance(document: Document) -> str:
     """One line: what measured the figures (commit, build, machine, command)."""
     stamp = document.get("provenance") or {}
@@ -243,6 +251,7 @@ RENDERERS: dict[str, Renderer] = {
     "router-targets": render_router_targets,
     "router-sweep": render_router_sweep,
     "router-overhead": render_router_overhead,
+    "router-engine": render_router_engine,
     "runtime-overhead": render_runtime_overhead,
     "slo-loads": render_slo_loads,
     "provenance": render_provenance,

@@ -412,10 +412,14 @@ def plot_runs(path: str, runs: Sequence[dict[str, Any]]) -> None:
     save_figure(figure, path)
 
 
-def print_summary(document: dict[str, Any], console: Any = None) -> None:
-    from rich.console import Console
+ENGINE_LEGEND = (
+    "#: repeat; step s: step latency p50/p99; hold s: wait at the router p99/max; "
+    "reprefill: tokens of a program's previous prompt computed again"
+)
 
-    console = console or Console()
+
+def summary_table(document: dict[str, Any]) -> Any:
+    """Every run (arm x repeat) of an engine-mode document, in one 80-column table."""
     runs = document["runs"]
     first = runs[0]
     table = compact_table(
@@ -434,14 +438,24 @@ def print_summary(document: dict[str, Any], console: Any = None) -> None:
             str(r["reprefill_tokens"]),
             f"{r['programs_completed']}/{r['programs']}",
         )
-    console.print(table)
-    console.print(
-        "#: repeat; step s: step latency p50/p99; hold s: wait at the router p99/max; "
-        "reprefill: tokens of a program's previous prompt computed again"
-    )
-    for name, target in document["targets"].items():
-        verdict = "met" if target["met"] else "NOT met"
-        console.print(f"{name}: {verdict}  ({target['target']})")
+    return table
+
+
+def verdict_lines(document: dict[str, Any]) -> list[str]:
+    return [
+        f"{name}: {'met' if target['met'] else 'NOT met'}  ({target['target']})"
+        for name, target in document["targets"].items()
+    ]
+
+
+def print_summary(document: dict[str, Any], console: Any = None) -> None:
+    from rich.console import Console
+
+    console = console or Console()
+    console.print(summary_table(document))
+    console.print(ENGINE_LEGEND)
+    for line in verdict_lines(document):
+        console.print(line)
 
 
 # --- command line ------------------------------------------------------------------------------

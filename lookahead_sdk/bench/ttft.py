@@ -44,7 +44,7 @@ from lookahead_sdk.bench.common import (
     save_figure,
     write_json,
 )
-from lookahead_sdk.bench.ttft_targets import FEW_TURNS
+from lookahead_sdk.bench.ttft_targets import FEW_TURNS, targets_tables
 from lookahead_sdk.client.slack import DEFAULT_GATE_ADMISSION, GATE_ADMISSIONS, GateAdmission
 from lookahead_sdk.errors import ConfigurationError
 
@@ -365,15 +365,13 @@ def _times(value: float) -> str:
 
 
 def print_table(document: dict[str, Any], console: Console | None = None) -> None:
+    """The summary, then each target judged on this run, the whole run beside the transform turn."""
     console = console or Console()
     for table in summary_tables(document):
         console.print(table)
     console.print(TTFT_LEGEND, markup=False, highlight=False)
-    reductions = [row["reduction"] for row in summary_rows(document)]
-    if reductions:
-        console.print(
-            f"mean transform-turn TTFT reduction: {sum(reductions) / len(reductions):.0%}"
-        )
+    for table in targets_tables([("this run", document)]):
+        console.print(table)
 
 
 def plot(document: dict[str, Any], path: str | Path) -> Path:

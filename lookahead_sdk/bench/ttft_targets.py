@@ -8,6 +8,7 @@ runs, so the ratio stays side by side) shows where the runs centre, never in pla
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -143,8 +144,8 @@ class WholeRunRow:
         return self.lookahead_ttft_sum_s < self.sync_ttft_sum_s
 
     @property
-    def wall_ratio_met(self) -> bool:
-        return self.wall_ratio <= WALL_RATIO_TARGET
+    def wall_ratio_met(self) -> bool | None:
+        return None if math.isnan(self.wall_ratio) else self.wall_ratio <= WALL_RATIO_TARGET
 
 
 def whole_run_rows(runs: Sequence[Labelled]) -> list[WholeRunRow]:
@@ -159,14 +160,26 @@ def whole_run_rows(runs: Sequence[Labelled]) -> list[WholeRunRow]:
                     p50(look["normal_ttft_s"]) / p50(sync["normal_ttft_s"]),
                     sum(sync["transform_ttft_s"]) + sum(sync["normal_ttft_s"]),
                     sum(look["transform_ttft_s"]) + sum(look["normal_ttft_s"]),
-                    look["wall_s"] / sync["wall_s"],
+                    _ratio(look.get("wall_s"), sync.get("wall_s")),
                 )
             )
     return rows
 
 
-def _met(met: bool) -> str:
-    return "yes" if met else "NO"
+def _ratio(numerator: float | None, denominator: float | None) -> float:
+    return numerator / denominator if numerator and denominator else math.nan
+
+
+def _against(value: float, target: float) -> str:
+    """Three decimals, or four where three would round onto the target and hide the verdict."""
+    if math.isnan(value):
+        return "-"
+    text = f"{value:.3f}"
+    return f"{value:.4f}" if float(text) == target and value != target else text
+
+
+def _met(met: bool | None) -> str:
+    return "-" if met is None else "yes" if met else "NO"
 
 
 def targets_tables(runs: Sequence[Labelled]) -> list[Table]:
@@ -182,9 +195,9 @@ def targets_tables(runs: Sequence[Labelled]) -> list[Table]:
             row.run,
             row.strategy,
             f"{row.turns_label}{marker}",
-            f"{row.ratio:.3f}",
+            _against(row.ratio, RATIO_TARGET),
             "(pooled)" if row.pooled else _met(row.ratio_met),
-            f"{row.transform_vs_normal:.3f}",
+            _against(row.transform_vs_normal, TRANSFORM_VS_NORMAL_TARGET),
             "(pooled)" if row.pooled else _met(row.transform_vs_normal_met),
         )
     if few:
@@ -212,11 +225,11 @@ def targets_tables(runs: Sequence[Labelled]) -> list[Table]:
         whole.add_row(
             row.run,
             row.strategy,
-            f"{row.normal_ratio:.3f}",
+            _against(row.normal_ratio, NORMAL_RATIO_TARGET),
             _met(row.normal_ratio_met),
             f"{row.sync_ttft_sum_s:.0f}->{row.lookahead_ttft_sum_s:.0f}s",
             _met(row.ttft_sum_met),
-            f"{row.wall_ratio:.3f}",
+            _against(row.wall_ratio, WALL_RATIO_TARGET),
             _met(row.wall_ratio_met),
         )
     return [per_strategy, *([means] if means.row_count else []), whole]

@@ -49,3 +49,21 @@ def test_an_unknown_table_or_a_missing_source_is_named(tmp_path: Path) -> None:
     (tmp_path / "README.md").write_text("<!-- report: ttft docs/x.json -->\n<!-- /report -->\n")
     with pytest.raises(ValueError, match=r"reads docs/x\.json, missing"):
         run_report(tmp_path, check=True)
+
+
+def test_the_router_engine_table_shows_every_run_and_its_verdicts() -> None:
+    from lookahead_sdk.bench.report import RENDERERS
+
+    document = json.loads((ROOT / "docs/results/router/router_engine.json").read_text())
+    text = RENDERERS["router-engine"](document)
+    for run in document["runs"]:
+        [row] = [
+            line
+            for line in text.splitlines()
+            if line.startswith(run["arm"] + " ") and f" {run['repeat'] + 1} " in line
+        ]
+        assert f"{run['steps_per_min']:.1f}" in row
+    for name, target in document["targets"].items():
+        assert f"- {name}: {'met' if target['met'] else 'NOT met'}" in text
+    document["targets"]["thunder_over_session"]["met"] = False
+    assert "- thunder_over_session: NOT met" in RENDERERS["router-engine"](document)

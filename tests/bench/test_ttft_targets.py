@@ -95,3 +95,12 @@ def test_the_whole_run_is_judged_beside_the_transform_turn() -> None:
     assert offload.wall_ratio == pytest.approx(1.1) and not offload.wall_ratio_met
     assert offload.sync_ttft_sum_s == pytest.approx(21.0)
     assert offload.lookahead_ttft_sum_s == pytest.approx(11.0) and offload.ttft_sum_met
+
+
+def test_a_ratio_that_rounds_onto_its_target_shows_the_digit_that_decides() -> None:
+    document = run([1.4004] * 5)  # offload 1.4004 / 4.0 = 0.3501: above 0.35
+    text = _rich_text(targets_tables([("edge", document)])[:1])
+    [offload] = [
+        line for line in text.splitlines() if line.startswith("edge") and "offload" in line
+    ]
+    assert "0.3501" in offload and "NO" in offload
