@@ -50,7 +50,7 @@ from lookahead_sdk.bench.common import (
     write_json,
 )
 from lookahead_sdk.bench.ttft import DEFAULT_TOOL_LATENCY_S
-from lookahead_sdk.bench.ttft_targets import FEW_TURNS
+from lookahead_sdk.bench.ttft_targets import FEW_TURNS, safe_ratio
 
 FRAMEWORKS: tuple[str, ...] = ("reference", "langchain", "llamaindex", "autogen")
 MODES = ("sync", "lookahead")
@@ -366,10 +366,10 @@ def summary(document: dict[str, Any]) -> dict[str, Any]:
         row["reduction"] = (
             1 - look / sync if sync and look == look and sync == sync else float("nan")
         )
-        row["normal_ratio"] = _ratio(
+        row["normal_ratio"] = safe_ratio(
             row.get("lookahead_normal_p50_s"), row.get("sync_normal_p50_s")
         )
-        row["wall_ratio"] = _ratio(row.get("lookahead_wall_s"), row.get("sync_wall_s"))
+        row["wall_ratio"] = safe_ratio(row.get("lookahead_wall_s"), row.get("sync_wall_s"))
     overhead = {
         run["framework"]: {
             "p50_ms": percentile(run["hook_ms"], 50),
@@ -379,12 +379,6 @@ def summary(document: dict[str, Any]) -> dict[str, Any]:
         for run in document["overhead_runs"]
     }
     return {"ttft": ttft, "overhead": overhead}
-
-
-def _ratio(numerator: float | None, denominator: float | None) -> float:
-    if not numerator or not denominator or math.isnan(numerator) or math.isnan(denominator):
-        return float("nan")
-    return numerator / denominator
 
 
 def plot(document: dict[str, Any], path: str | Path) -> Path:

@@ -160,14 +160,17 @@ def whole_run_rows(runs: Sequence[Labelled]) -> list[WholeRunRow]:
                     p50(look["normal_ttft_s"]) / p50(sync["normal_ttft_s"]),
                     sum(sync["transform_ttft_s"]) + sum(sync["normal_ttft_s"]),
                     sum(look["transform_ttft_s"]) + sum(look["normal_ttft_s"]),
-                    _ratio(look.get("wall_s"), sync.get("wall_s")),
+                    safe_ratio(look.get("wall_s"), sync.get("wall_s")),
                 )
             )
     return rows
 
 
-def _ratio(numerator: float | None, denominator: float | None) -> float:
-    return numerator / denominator if numerator and denominator else math.nan
+def safe_ratio(numerator: float | None, denominator: float | None) -> float:
+    """numerator / denominator, or NaN where either is missing, zero or NaN."""
+    if not numerator or not denominator or math.isnan(numerator) or math.isnan(denominator):
+        return math.nan
+    return numerator / denominator
 
 
 def _against(value: float, target: float) -> str:
