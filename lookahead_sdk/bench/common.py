@@ -116,6 +116,12 @@ def percentile(values: Sequence[float], q: float) -> float:
     return ordered[low] + (ordered[high] - ordered[low]) * (rank - low)
 
 
+def markdown_table(header: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
+    """A GitHub markdown table: the header, its rule, the rows."""
+    lines = [header, ["---"] * len(header), *rows]
+    return "\n".join("| " + " | ".join(row) + " |" for row in lines) + "\n"
+
+
 def p50(values: Sequence[float]) -> float:
     return percentile(values, 50)
 

@@ -17,7 +17,14 @@ from pathlib import Path
 from lookahead_sdk.base.args import output_file, positive_int
 from lookahead_sdk.base.messages import Message
 from lookahead_sdk.base.tokens import auto_token_counter
-from lookahead_sdk.bench.common import new_figure, percentile, progress, save_figure, write_json
+from lookahead_sdk.bench.common import (
+    markdown_table,
+    new_figure,
+    percentile,
+    progress,
+    save_figure,
+    write_json,
+)
 from lookahead_sdk.core.runtime import LookaheadRuntime
 from lookahead_sdk.strategies import Summarize
 
@@ -176,12 +183,15 @@ def target_point(document: dict) -> dict:
     )
 
 
-def markdown_table(document: dict) -> str:
-    lines = ["| configuration | p50 | p99 |", "|---|---|---|"]
-    lines += [
-        f"| {label} | {p50_ms:.3f} ms | {p99_ms:.3f} ms |"
-        for label, p50_ms, p99_ms in summary_rows(document)
-    ]
+def summary_markdown(document: dict) -> str:
+    table = markdown_table(
+        ("configuration", "p50", "p99"),
+        [
+            (label, f"{p50_ms:.3f} ms", f"{p99_ms:.3f} ms")
+            for label, p50_ms, p99_ms in summary_rows(document)
+        ],
+    )
+    lines = [table.rstrip("\n")]
     point, target = target_point(document), document["target_p50_ms"]
     met = "met" if point["p50_ms"] <= target else "**not met**"
     lines.append("")
@@ -198,7 +208,7 @@ def main(args: argparse.Namespace) -> int:
     write_json(args.json, document)
     if args.plot:
         plot(document, args.plot)
-    print(markdown_table(document), end="")
+    print(summary_markdown(document), end="")
     return 0
 
 

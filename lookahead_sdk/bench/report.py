@@ -22,6 +22,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from lookahead_sdk.bench.common import markdown_table
+
 Document = dict[str, Any]
 Renderer = Callable[[Document], str]
 RunsRenderer = Callable[[Sequence[tuple[str, Document]]], str]  # several JSON, comma-separated
@@ -67,9 +69,9 @@ def render_adapters(document: Document) -> str:
 
 def render_runtime_overhead(document: Document) -> str:
     """`bench overhead`: the runtime's bookkeeping per turn, by history size and new messages."""
-    from lookahead_sdk.bench.overhead import markdown_table
+    from lookahead_sdk.bench.overhead import summary_markdown
 
-    return markdown_table(document)
+    return summary_markdown(document)
 
 
 def render_ttft_targets(runs: Sequence[tuple[str, Document]]) -> str:
@@ -92,7 +94,7 @@ def render_router_targets(document: Document) -> str:
     targets = document["targets"]
     seeds = sorted({seed for t in targets.values() for seed in t.get("per_seed", {})}, key=int)
     header = ["target", *(f"seed {seed}" for seed in seeds), "met"]
-    rows = [header, ["---"] * len(header)]
+    rows: list[list[str]] = []
     for name, target in targets.items():
         per_seed = target.get("per_seed", {})
         if name == "ablations_at_2x":
@@ -123,7 +125,7 @@ def render_router_targets(document: Document) -> str:
                 value = ", ".join(f"{k} {_cell(v)}" for k, v in value.items())
             cells.append(_cell(value))
         rows.append([target["target"], *cells, _cell(target["met"])])
-    return "\n".join("| " + " | ".join(row) + " |" for row in rows) + "\n"
+    return markdown_table(header, rows)
 
 
 ROUTER_ARMS = (
@@ -143,7 +145,7 @@ def render_router_sweep(document: Document) -> str:
     arms = [arm for arm in ROUTER_ARMS if any(run["arm"] == arm for run in runs)]
     loads = sorted({(run["programs"], run["overload"]) for run in runs})
     header = ["programs", "overload", *arms]
-    rows = [header, ["---"] * len(header)]
+    rows: list[list[str]] = []
     for programs, overload in loads:
         row = [str(programs), f"{overload:.2f}"]
         for arm in arms:
@@ -161,7 +163,7 @@ def render_router_sweep(document: Document) -> str:
                 notes.append(f"{forced} forced")
             row.append(f"{mean:.0f}" + (f" ({', '.join(notes)})" if notes else ""))
         rows.append(row)
-    return "\n".join("| " + " | ".join(row) + " |" for row in rows) + "\n"
+    return markdown_table(header, rows)
 
 
 def render_router_overhead(document: Document) -> str:
@@ -176,11 +178,11 @@ def render_router_overhead(document: Document) -> str:
         f"+{document['overhead_p50_ms']:.1f} / +{document['overhead_p99_ms']:.1f} ms",
         ", ".join(f"{t['target']}: {_cell(t['met'])}" for t in targets.values()),
     ]
-    table = "\n".join("| " + " | ".join(r) + " |" for r in (header, ["---"] * 4, row))
+    table = markdown_table(header, [row])
     before, after = load.get("before"), load.get("after")
     if before is None or after is None:
-        return table + "\n"
-    return table + f"\n\nLoad average (1 min): {before:.1f} before, {after:.1f} after.\n"
+        return table
+    return table + f"\nLoad average (1 min): {before:.1f} before, {after:.1f} after.\n"
 
 
 def render_slo_loads(document: Document) -> str:

@@ -21,6 +21,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from lookahead_sdk.bench.common import markdown_table
+
 Document = dict[str, Any]
 Runs = Sequence[tuple[str, Document]]
 
@@ -36,11 +38,6 @@ SLO_METRICS = (  # (series key, SLO key in the document, label, format)
 )
 MODES = ("sync", "lookahead")  # `bench sim-ttft`'s two runs of each configuration
 ESTIMATOR_SOURCES = {"sim": "sim (GPU-like truth)", "embedded": "embedded llama.cpp"}
-
-
-def _markdown(header: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
-    lines = [header, ["---"] * len(header), *rows]
-    return "\n".join("| " + " | ".join(row) + " |" for row in lines) + "\n"
 
 
 def _met(ok: bool) -> str:
@@ -223,7 +220,7 @@ def slo_targets_table(runs: Runs) -> str:
                 else "n/a (vanilla never broke: raise --be-loads)",
             ]
         )
-    return _markdown(header, rows)
+    return markdown_table(header, rows)
 
 
 def slo_loads_table(document: Document) -> str:
@@ -277,7 +274,7 @@ def slo_loads_table(document: Document) -> str:
         row("lookahead-aware on time", "lookahead_aware", "lookahead_on_time_frac", _percent),
         row("lookahead-aware waste", "lookahead_aware", "lookahead_waste_frac", _percent),
     ]
-    return _markdown(["BE warm-ups/s", *(f"{loads[i]:g}" for i in columns)], rows)
+    return markdown_table(["BE warm-ups/s", *(f"{loads[i]:g}" for i in columns)], rows)
 
 
 # --- bench estimator -------------------------------------------------------------------------
@@ -323,7 +320,7 @@ def estimator_table(runs: Runs) -> str:
                     else _met(cv["context_aware"]["max_rel_err"] <= ESTIMATOR_MAX_ERR_TARGET),
                 ]
             )
-    return _markdown(header, rows)
+    return markdown_table(header, rows)
 
 
 # --- H200 calibration ------------------------------------------------------------------------
@@ -408,7 +405,7 @@ def gpu_calibration_table(runs: Runs) -> str:
         ]
         rows.append([label, str(len(data)), _errors(errors[0]), _errors(errors[1])])
     header = ["test set", "n", "context-aware max / mean", "token-only max / mean"]
-    return _markdown(header, rows)
+    return markdown_table(header, rows)
 
 
 # --- bench sim-ttft --------------------------------------------------------------------------
@@ -458,7 +455,7 @@ def sim_ttft_table(runs: Runs) -> str:
             ]
             row.append(_change(r["sync_p90_s"], r["lookahead_p90_s"]))
             rows.append(row)
-        out.append(_markdown(header, rows) + "\n" + summary(document["runs"]) + "\n")
+        out.append(markdown_table(header, rows) + "\n" + summary(document["runs"]) + "\n")
     return "\n".join(out)
 
 
@@ -493,4 +490,4 @@ def sim_ttft_targets_table(runs: Runs) -> str:
                 _met(mean_p90 >= SIM_TTFT_REDUCTION_TARGET),
             ]
         )
-    return _markdown(header, rows)
+    return markdown_table(header, rows)
