@@ -32,7 +32,7 @@ PROGRAMS = 1000
 STEPS = 5
 CLIENTS = 64
 WARMUP_PROGRAMS = 100  # before memory tracing starts (connection pools, caches fill up)
-CAPACITY = 12_000  # per backend, as the router sees it: 64 live programs need more than 2x this
+CAPACITY = 12_000  # per backend, as the router sees it: 64 live programs need about 5x this
 MEMORY_BOUND = 16 * 2**20
 
 pytestmark = pytest.mark.timeout(900)
@@ -45,7 +45,7 @@ def step_body(program_id: str, step: int) -> dict[str, Any]:
     ]
     for done in range(step):
         messages.append({"role": "assistant", "content": f"call tool {done}"})
-        messages.append({"role": "tool", "content": f"result {done} " + "data " * 60})
+        messages.append({"role": "tool", "content": f"result {done} " + "data " * 300})
     body: dict[str, Any] = {"messages": messages, "max_tokens": 4, "stream": step % 2 == 1}
     if step % 3 != 2:
         body["program_id"] = program_id  # otherwise it travels in the X-Program-Id header
