@@ -240,8 +240,12 @@ def render_provenance(document: Document) -> str:
     stamp = document.get("provenance") or {}
     machine = stamp.get("machine") or {}
     commit = (stamp.get("commit") or "unknown")[:10] + (" (dirty)" if stamp.get("dirty") else "")
+    threads = document.get("engine_threads")
+    build = f"engine build `{stamp.get('engine_build')}`" + (
+        f" on {threads} thread{'s' if threads != 1 else ''}" if threads else ""
+    )
     return (
-        f"Measured at commit `{commit}`, engine build `{stamp.get('engine_build')}`, "
+        f"Measured at commit `{commit}`, {build}, "
         f"{machine.get('cpus')} CPUs ({machine.get('cpu_model')}), {stamp.get('date')}: "
         f"`{stamp.get('command')}`\n"
     )

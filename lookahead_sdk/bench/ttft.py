@@ -73,6 +73,7 @@ class TtftBenchConfig:
     seed: int = 0
     max_tokens: int = 32
     port: int = 8089
+    engine_threads: int | None = None  # embedded engine threads; None: its default
     tool_latency_s: float = DEFAULT_TOOL_LATENCY_S
     # Tokens a read adds; None: the paper's growth scaled to the window (agent/workload.py).
     tool_output_tokens: tuple[int, int] | None = None
@@ -106,11 +107,11 @@ class TtftBenchConfig:
 class EmbeddedEngine:
     """Starts (and restarts, for a clean cache) the embedded llama-server sized for the agents."""
 
-    def __init__(self, agents: int, port: int) -> None:
+    def __init__(self, agents: int, port: int, threads: int | None = None) -> None:
         from lookahead_sdk.engine.config import EngineConfig
 
         # Per agent: its main context, its lookahead branch, and a sub-agent / summary slot.
-        self.config = EngineConfig(port=port, slots=max(4, 3 * agents))
+        self.config = EngineConfig(port=port, slots=max(4, 3 * agents), threads=threads).resolved()
         self.handle: Any = None
 
     def restart(self) -> str:
@@ -174,7 +175,11 @@ async def run_ttft_bench(
     on_turn: Callable[[TurnRecord], None] | None = None,
     on_run: Callable[[str, str], None] | None = None,
 ) -> dict[str, Any]:
-    engine = EmbeddedEngine(config.agents, config.port) if config.base_url is None else None
+    engine = (
+        EmbeddedEngine(config.agents, config.port, config.engine_threads)
+        if config.base_url is None
+        else None
+    )
     base_url = engine.restart() if engine else str(config.base_url).rstrip("/").removesuffix("/v1")
     try:
         facts = server_facts(base_url)
@@ -188,6 +193,7 @@ async def run_ttft_bench(
         )
         document: dict[str, Any] = {
             "engine": facts["engine"],
+            "engine_threads": engine.config.threads if engine else None,
             "model": facts["model"],
             "agents": config.agents,
             "steps": config.steps,
@@ -457,6 +463,7 @@ def main(args: argparse.Namespace) -> int:
         seed=args.seed,
         max_tokens=args.max_tokens,
         port=args.port,
+        engine_threads=args.engine_threads,
         tool_latency_s=args.tool_latency,
         tool_output_tokens=args.tool_output_tokens,
         large_output_every=args.large_output_every,
@@ -533,6 +540,11 @@ def add_run_arguments(parser: argparse.ArgumentParser, *, tool_latency_s: float)
         help=f"comma-separated, among {','.join(STRATEGIES)} (default: all)",
     )
     parser.add_argument("--port", type=port, default=8089, help="embedded engine port")
+    parser.add_argument(
+        "--engine-threads",
+        type=positive_int,
+        help="embedded engine threads (default: the usable CPUs less one)",
+    )
     parser.add_argument(
         "--tool-latency",
         type=non_negative_float,

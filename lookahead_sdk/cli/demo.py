@@ -31,6 +31,7 @@ def main(args: argparse.Namespace) -> int:
         isolate_steps=args.isolate_steps,
         strategies=args.strategies,
         port=args.port,
+        engine_threads=args.engine_threads,
         gate=args.gate,
     )
     print(

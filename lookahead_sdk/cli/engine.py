@@ -56,7 +56,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         help="context tokens per slot",
     )
     start.add_argument(
-        "--threads", type=positive_int, default=None, help="CPU threads (default: all)"
+        "--threads",
+        type=positive_int,
+        default=None,
+        help="CPU threads (default: the usable CPUs less one)",
     )
     start.add_argument("--quant", choices=QUANTIZATIONS, default=DEFAULT_QUANTIZATION)
     start.add_argument("--host", default=EngineConfig.host)

@@ -26,13 +26,27 @@ DEFAULT_BATCH_TOKENS = 128
 LLAMA_CPP_BATCH_TOKENS = 2048
 
 
+def default_threads() -> int:
+    """Engine threads when none are given: the CPUs this process may use, less one (at least
+    one). ggml's threads spin at a barrier after every op, so when all of them are asked for
+    and anything else runs (the agent itself, a router, the OS), every op waits for the thread
+    that lost its core: on 2 cores with one busy loop alongside, a 500-token prompt went from
+    1.8 to 50 ms/token and decoding from 14 ms to 2.7 s/token; on 1 thread both stayed at 1x
+    (3.1 ms and 23 ms, the price of the idle core). docs/engine.md, "Threads"."""
+    try:
+        cpus = len(os.sched_getaffinity(0))
+    except AttributeError:  # not on Linux
+        cpus = os.cpu_count() or 1
+    return max(1, cpus - 1)
+
+
 @dataclass(frozen=True)
 class EngineConfig:
     host: str = "127.0.0.1"
     port: int = DEFAULT_PORT
     slots: int = 4
     ctx_per_slot: int = MODEL_CONTEXT
-    threads: int | None = None  # None: all CPU cores
+    threads: int | None = None  # None: default_threads(), the usable CPUs less one
     quantization: str = DEFAULT_QUANTIZATION
     # Host-memory prompt cache (MiB) for prompts evicted from a slot; 0 disables it.
     cache_ram_mib: int = 1024
@@ -77,7 +91,7 @@ class EngineConfig:
 
     def resolved(self) -> EngineConfig:
         """This config with defaults that depend on the machine (threads) filled in."""
-        return replace(self, threads=self.threads or os.cpu_count() or 1)
+        return replace(self, threads=self.threads or default_threads())
 
     def compatible_with(self, other: EngineConfig) -> bool:
         """Whether an engine running ``other`` can serve a request for this config."""

@@ -215,7 +215,9 @@ def test_langchain_commit_and_warmup_events_reach_the_callback_handler() -> None
     assert ("commit", "hit") in kinds and ("warmup", "complete") in kinds
     hits = [e for e in handler.lookahead_events if e.type == "commit" and e.kind == "hit"]
     cold = sum(1 for e in hits if e.cold)  # a hit whose warm-up had not finished yet
-    assert f'lookahead_commits_total{{adapter="langchain",kind="hit"}} {len(hits) - cold}' in metrics
+    assert (
+        f'lookahead_commits_total{{adapter="langchain",kind="hit"}} {len(hits) - cold}' in metrics
+    )
     assert f'lookahead_commits_total{{adapter="langchain",kind="cold_hit"}} {cold}' in metrics
     assert "lookahead_wasted_prompt_tokens_total" in metrics
     assert "lookahead_commit_wait_seconds_total" in metrics

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from lookahead_sdk.bench.report import blocks, run_report
+from lookahead_sdk.bench.report import blocks, render_provenance, run_report
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -67,3 +67,18 @@ def test_the_router_engine_table_shows_every_run_and_its_verdicts() -> None:
         assert f"- {name}: {'met' if target['met'] else 'NOT met'}" in text
     document["targets"]["thunder_over_session"]["met"] = False
     assert "- thunder_over_session: NOT met" in RENDERERS["router-engine"](document)
+
+
+@pytest.mark.parametrize(
+    ("engine_threads", "shown"), [(None, None), (1, "on 1 thread,"), (2, "on 2 threads,")]
+)
+def test_the_provenance_line_names_the_engine_threads_a_run_used(
+    engine_threads: int | None, shown: str | None
+) -> None:
+    stamp = {"commit": "abcdef1234567", "engine_build": "b1", "machine": {"cpus": 2}}
+    line = render_provenance({"provenance": stamp, "engine_threads": engine_threads})
+    assert line.startswith("Measured at commit `abcdef1234`, engine build `b1`")
+    if shown is None:
+        assert "thread" not in line
+    else:
+        assert shown in line

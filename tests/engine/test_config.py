@@ -4,7 +4,13 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from lookahead_sdk.engine.config import FLASH_ATTN_MODES, KV_PAD, MODEL_CONTEXT, EngineConfig
+from lookahead_sdk.engine.config import (
+    FLASH_ATTN_MODES,
+    KV_PAD,
+    MODEL_CONTEXT,
+    EngineConfig,
+    default_threads,
+)
 from lookahead_sdk.engine.model import QUANTIZATIONS
 
 valid_configs = st.builds(
@@ -54,6 +60,16 @@ def test_compatibility_ignores_only_unset_threads(config: EngineConfig) -> None:
     assert config.compatible_with(resolved)
     other_slots = EngineConfig.from_dict({**config.to_dict(), "slots": config.slots + 1})
     assert not config.compatible_with(other_slots)
+
+
+@pytest.mark.parametrize(("usable_cpus", "threads"), [(1, 1), (2, 1), (4, 3), (16, 15)])
+def test_default_threads_leave_one_cpu_to_the_rest_of_the_machine(
+    monkeypatch: pytest.MonkeyPatch, usable_cpus: int, threads: int
+) -> None:
+    monkeypatch.setattr("os.sched_getaffinity", lambda pid: set(range(usable_cpus)))
+    assert default_threads() == threads
+    assert EngineConfig().resolved().threads == threads
+    assert EngineConfig(threads=usable_cpus).resolved().threads == usable_cpus
 
 
 @pytest.mark.parametrize(
