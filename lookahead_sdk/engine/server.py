@@ -7,6 +7,7 @@ import errno
 import fcntl
 import logging
 import os
+import shutil
 import signal
 import socket
 import subprocess
@@ -244,7 +245,15 @@ def stop_engine(port: int, *, timeout_s: float = 10.0) -> bool:
         )
     _reap(state.pid)
     remove_state(port)
+    _remove_slot_copies(port)
     return True
+
+
+def _remove_slot_copies(port: int) -> None:
+    """The slot files of an engine that no longer runs: a save holds a slot's KV (about 100 MB
+    for 8K tokens on the default model), useless to any other engine process, and each port
+    keeps its own directory, so they would pile up on a machine that runs engines for days."""
+    shutil.rmtree(paths.slot_save_dir(port), ignore_errors=True)
 
 
 def engine_status(port: int) -> EngineStatus | None:
@@ -308,6 +317,7 @@ def _start_unlocked(config: EngineConfig, *, timeout_s: float, show_progress: bo
     model = model_path(config.quantization, show_progress=show_progress)
     log_path = paths.engine_log_file(config.port)
     log_path.parent.mkdir(parents=True, exist_ok=True)
+    _remove_slot_copies(config.port)  # of an engine that died without `stop`
     if config.slot_copies:
         paths.slot_save_dir(config.port).mkdir(parents=True, exist_ok=True)
     with open(log_path, "wb") as log:

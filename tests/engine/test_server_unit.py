@@ -130,6 +130,19 @@ def test_stop_terminates_the_recorded_llama_server(
     assert read_state(free_port) is None
 
 
+def test_stop_removes_the_engines_slot_copies_and_only_its_own(
+    isolated_cache: Path, fake_llama_server: subprocess.Popen[bytes], free_port: int
+) -> None:
+    ours, other = paths.slot_save_dir(free_port), paths.slot_save_dir(free_port + 1)
+    for directory in (ours, other):
+        directory.mkdir(parents=True)
+        (directory / "branch-1.bin").write_bytes(b"kv" * 1000)
+    record(fake_llama_server.pid, EngineConfig(port=free_port))
+    assert stop_engine(free_port) is True
+    assert not ours.exists()
+    assert (other / "branch-1.bin").read_bytes() == b"kv" * 1000
+
+
 def test_ensure_refuses_our_engine_with_another_config(
     isolated_cache: Path, fake_llama_server: subprocess.Popen[bytes], free_port: int
 ) -> None:
