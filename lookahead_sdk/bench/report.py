@@ -74,6 +74,36 @@ def render_runtime_overhead(document: Document) -> str:
     return summary_markdown(document)
 
 
+def render_engine_threads(document: Document) -> str:
+    """`scripts/engine_threads_under_load.py`: engine speed by threads, idle and beside busy
+    loops, each against the same thread count on the idle machine."""
+    from lookahead_sdk.bench.common import markdown_table
+
+    idle = {row["threads"]: row for row in document["rows"] if row["busy_loops"] == 0}
+    rows = []
+    for row in document["rows"]:
+        base = idle.get(row["threads"])
+        rows.append(
+            [
+                str(row["threads"]),
+                str(row["busy_loops"]),
+                f"{row['prompt_ms_per_token']:.2f}",
+                f"{row['decode_ms_per_token']:.1f}",
+                f"{row['prompt_ms_per_token'] / base['prompt_ms_per_token']:.1f}x" if base else "-",
+                f"{row['decode_ms_per_token'] / base['decode_ms_per_token']:.1f}x" if base else "-",
+            ]
+        )
+    header = [
+        "engine threads",
+        "busy loops beside it",
+        "prompt ms/token",
+        "decode ms/token",
+        "prompt vs idle",
+        "decode vs idle",
+    ]
+    return markdown_table(header, rows)
+
+
 def render_ttft_targets(runs: Sequence[tuple[str, Document]]) -> str:
     """`bench ttft` runs: each target per run, a pool of the runs beside them."""
     from lookahead_sdk.bench.ttft_targets import targets_tables
@@ -259,6 +289,7 @@ RENDERERS: dict[str, Renderer] = {
     "router-overhead": render_router_overhead,
     "router-engine": render_router_engine,
     "runtime-overhead": render_runtime_overhead,
+    "engine-threads": render_engine_threads,
     "slo-loads": render_slo_loads,
     "provenance": render_provenance,
 }

@@ -543,7 +543,7 @@ def add_run_arguments(parser: argparse.ArgumentParser, *, tool_latency_s: float)
     parser.add_argument(
         "--engine-threads",
         type=positive_int,
-        help="embedded engine threads (default: the usable CPUs less one)",
+        help="embedded engine threads (default: $LOOKAHEAD_SDK_ENGINE_THREADS, else all CPUs)",
     )
     parser.add_argument(
         "--tool-latency",

@@ -59,7 +59,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "--threads",
         type=positive_int,
         default=None,
-        help="CPU threads (default: the usable CPUs less one)",
+        help="CPU threads (default: $LOOKAHEAD_SDK_ENGINE_THREADS, else all CPUs)",
     )
     start.add_argument("--quant", choices=QUANTIZATIONS, default=DEFAULT_QUANTIZATION)
     start.add_argument("--host", default=EngineConfig.host)

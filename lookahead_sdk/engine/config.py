@@ -26,18 +26,31 @@ DEFAULT_BATCH_TOKENS = 128
 LLAMA_CPP_BATCH_TOKENS = 2048
 
 
-def default_threads() -> int:
-    """Engine threads when none are given: the CPUs this process may use, less one (at least
-    one). ggml's threads spin at a barrier after every op, so when all of them are asked for
-    and anything else runs (the agent itself, a router, the OS), every op waits for the thread
-    that lost its core: on 2 cores with one busy loop alongside, a 500-token prompt went from
-    1.8 to 50 ms/token and decoding from 14 ms to 2.7 s/token; on 1 thread both stayed at 1x
-    (3.1 ms and 23 ms, the price of the idle core). docs/engine.md, "Threads"."""
+ENGINE_THREADS_ENV = "LOOKAHEAD_SDK_ENGINE_THREADS"
+
+
+def usable_cpus() -> int:
     try:
-        cpus = len(os.sched_getaffinity(0))
+        return len(os.sched_getaffinity(0))
     except AttributeError:  # not on Linux
-        cpus = os.cpu_count() or 1
-    return max(1, cpus - 1)
+        return os.cpu_count() or 1
+
+
+def default_threads() -> int:
+    """Engine threads when the config names none: `$LOOKAHEAD_SDK_ENGINE_THREADS`, else every
+    CPU this process may use (llama.cpp's own default). On an idle machine all of them are
+    fastest, but ggml's threads spin at a barrier after every op, so on a machine that is busy
+    with something else (a CI job, other engines) every op waits for the thread that lost its
+    core: there, leave one CPU free (docs/engine.md, "Threads", has the measurements)."""
+    value = os.environ.get(ENGINE_THREADS_ENV, "").strip()
+    if not value:
+        return usable_cpus()
+    if not value.isdigit() or not 1 <= int(value) <= 1024:
+        raise ValueError(
+            f"${ENGINE_THREADS_ENV} must be a whole number of threads from 1 to 1024, got "
+            f"{value!r}: set it to e.g. {max(1, usable_cpus() - 1)} or unset it (all CPUs)"
+        )
+    return int(value)
 
 
 @dataclass(frozen=True)
@@ -46,7 +59,7 @@ class EngineConfig:
     port: int = DEFAULT_PORT
     slots: int = 4
     ctx_per_slot: int = MODEL_CONTEXT
-    threads: int | None = None  # None: default_threads(), the usable CPUs less one
+    threads: int | None = None  # None: default_threads()
     quantization: str = DEFAULT_QUANTIZATION
     # Host-memory prompt cache (MiB) for prompts evicted from a slot; 0 disables it.
     cache_ram_mib: int = 1024

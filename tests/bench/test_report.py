@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from lookahead_sdk.bench.report import blocks, render_provenance, run_report
+from lookahead_sdk.bench.report import blocks, render_engine_threads, render_provenance, run_report
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -82,3 +82,21 @@ def test_the_provenance_line_names_the_engine_threads_a_run_used(
         assert "thread" not in line
     else:
         assert shown in line
+
+
+def test_the_engine_threads_table_compares_each_load_with_the_idle_machine() -> None:
+    def row(threads: int, busy: int, prompt: float, decode: float) -> dict[str, float]:
+        return {
+            "threads": threads,
+            "busy_loops": busy,
+            "prompt_ms_per_token": prompt,
+            "decode_ms_per_token": decode,
+        }
+
+    table = render_engine_threads(
+        {"rows": [row(1, 0, 3.0, 24.0), row(2, 0, 2.0, 14.0), row(2, 1, 50.0, 2800.0)]}
+    )
+    lines = table.splitlines()
+    assert len(lines) == 5
+    assert lines[2] == "| 1 | 0 | 3.00 | 24.0 | 1.0x | 1.0x |"
+    assert lines[4] == "| 2 | 1 | 50.00 | 2800.0 | 25.0x | 200.0x |"

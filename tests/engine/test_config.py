@@ -5,6 +5,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from lookahead_sdk.engine.config import (
+    ENGINE_THREADS_ENV,
     FLASH_ATTN_MODES,
     KV_PAD,
     MODEL_CONTEXT,
@@ -62,14 +63,25 @@ def test_compatibility_ignores_only_unset_threads(config: EngineConfig) -> None:
     assert not config.compatible_with(other_slots)
 
 
-@pytest.mark.parametrize(("usable_cpus", "threads"), [(1, 1), (2, 1), (4, 3), (16, 15)])
-def test_default_threads_leave_one_cpu_to_the_rest_of_the_machine(
-    monkeypatch: pytest.MonkeyPatch, usable_cpus: int, threads: int
+def test_default_threads_are_every_usable_cpu_unless_the_environment_says(
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    monkeypatch.setattr("os.sched_getaffinity", lambda pid: set(range(usable_cpus)))
-    assert default_threads() == threads
-    assert EngineConfig().resolved().threads == threads
-    assert EngineConfig(threads=usable_cpus).resolved().threads == usable_cpus
+    monkeypatch.setattr("os.sched_getaffinity", lambda pid: set(range(6)))
+    monkeypatch.delenv(ENGINE_THREADS_ENV, raising=False)
+    assert default_threads() == 6
+    assert EngineConfig().resolved().threads == 6
+    monkeypatch.setenv(ENGINE_THREADS_ENV, " 5 ")
+    assert EngineConfig().resolved().threads == 5
+    assert EngineConfig(threads=2).resolved().threads == 2  # a config's own value wins
+
+
+@pytest.mark.parametrize("value", ["0", "-1", "two", "1.5", "2000"])
+def test_a_bad_engine_threads_variable_names_itself_and_the_fix(
+    monkeypatch: pytest.MonkeyPatch, value: str
+) -> None:
+    monkeypatch.setenv(ENGINE_THREADS_ENV, value)
+    with pytest.raises(ValueError, match=rf"\${ENGINE_THREADS_ENV} must be a whole number"):
+        EngineConfig().resolved()
 
 
 @pytest.mark.parametrize(
