@@ -78,12 +78,25 @@ class TargetRow:
         return self.transform_vs_normal <= TRANSFORM_VS_NORMAL_TARGET
 
 
+# What makes two runs repeats of one measurement (and so poolable): the workload and the engine.
+SETUP_FIELDS = (
+    "engine", "engine_threads", "model", "agents", "steps", "isolate_steps", "window_tokens",
+    "warmer", "max_tokens", "tool_latency_s", "tool_output_tokens", "large_output_every", "gate",
+)  # fmt: skip
+
+
+def setup_of(document: dict[str, Any]) -> tuple[str, ...]:
+    return tuple(repr(document.get(field)) for field in SETUP_FIELDS)
+
+
 def target_rows(runs: Sequence[Labelled]) -> list[TargetRow]:
-    """One row per run and strategy, then a pooled row for each strategy in several runs."""
+    """One row per run and strategy, then a pooled row for each strategy measured in several
+    runs of the same setup (`SETUP_FIELDS`): runs of different setups are never pooled."""
     rows: list[TargetRow] = []
-    pooled: dict[str, TurnLists] = {}
-    pooled_runs: dict[str, int] = {}
+    pooled: dict[tuple[str, tuple[str, ...]], TurnLists] = {}
+    pooled_runs: dict[tuple[str, tuple[str, ...]], int] = {}
     for label, document in runs:
+        setup = setup_of(document)
         for name, strategy in document["strategies"].items():
             lists = TurnLists()
             lists.add(strategy)
@@ -97,20 +110,20 @@ def target_rows(runs: Sequence[Labelled]) -> list[TargetRow]:
                     lists.transform_vs_normal,
                 )
             )
-            pooled.setdefault(name, TurnLists()).add(strategy)
-            pooled_runs[name] = pooled_runs.get(name, 0) + 1
+            pooled.setdefault((name, setup), TurnLists()).add(strategy)
+            pooled_runs[name, setup] = pooled_runs.get((name, setup), 0) + 1
     rows += [
         TargetRow(
-            f"pool of {pooled_runs[name]}",
-            name,
+            f"pool of {pooled_runs[key]}",
+            key[0],
             lists.turns,
             lists.turns_label,
             lists.ratio,
             lists.transform_vs_normal,
             pooled=True,
         )
-        for name, lists in pooled.items()
-        if pooled_runs[name] > 1
+        for key, lists in pooled.items()
+        if pooled_runs[key] > 1
     ]
     return rows
 

@@ -104,3 +104,16 @@ def test_a_ratio_that_rounds_onto_its_target_shows_the_digit_that_decides() -> N
         line for line in text.splitlines() if line.startswith("edge") and "offload" in line
     ]
     assert "0.3501" in offload and "NO" in offload
+
+
+def test_runs_of_different_setups_are_never_pooled() -> None:
+    one_thread, two_threads = run([1.0] * 5), run([2.0] * 5)
+    one_thread["engine_threads"], two_threads["engine_threads"] = 1, 2
+    repeat = {**run([1.5] * 5), "engine_threads": 1}
+    rows = target_rows([("t1", one_thread), ("t2", two_threads), ("t1 again", repeat)])
+    pools = [row for row in rows if row.pooled and row.strategy == "offload"]
+    assert [(row.run, row.turns) for row in pools] == [("pool of 2", 10)]
+    assert pools[0].ratio == pytest.approx(1.25 / 4.0)  # t1 and its repeat, not t2
+    four_agents = {**run([1.0] * 5), "engine_threads": 1, "agents": 4}
+    rows = target_rows([("t1", one_thread), ("four", four_agents)])
+    assert not [row for row in rows if row.pooled]
