@@ -44,7 +44,7 @@ from lookahead_sdk.bench.common import (
     save_figure,
     write_json,
 )
-from lookahead_sdk.bench.ttft_targets import FEW_TURNS, targets_tables
+from lookahead_sdk.bench.ttft_targets import FEW_TURNS, TurnLists, targets_tables
 from lookahead_sdk.client.slack import DEFAULT_GATE_ADMISSION, GATE_ADMISSIONS, GateAdmission
 from lookahead_sdk.errors import ConfigurationError
 
@@ -278,19 +278,17 @@ def summary_rows(document: dict[str, Any]) -> list[dict[str, Any]]:
     rows = []
     for name, runs in document["strategies"].items():
         sync, look = runs["sync"], runs["lookahead"]
-        sync_t, look_t = p50(sync["transform_ttft_s"]), p50(look["transform_ttft_s"])
+        lists = TurnLists.of(runs)
         rows.append(
             {
                 "strategy": name,
-                "sync_transform_p50_s": sync_t,
-                "lookahead_transform_p50_s": look_t,
-                "ratio": look_t / sync_t if sync_t else float("nan"),
-                "reduction": 1 - look_t / sync_t if sync_t else float("nan"),
+                "sync_transform_p50_s": p50(lists.sync_transform),
+                "lookahead_transform_p50_s": p50(lists.lookahead_transform),
+                "ratio": lists.ratio,
+                "reduction": 1 - lists.ratio,
                 "sync_normal_p50_s": p50(sync["normal_ttft_s"]),
-                "lookahead_normal_p50_s": p50(look["normal_ttft_s"]),
-                "transform_vs_normal": look_t / p50(look["normal_ttft_s"])
-                if look["normal_ttft_s"]
-                else float("nan"),
+                "lookahead_normal_p50_s": p50(lists.lookahead_normal),
+                "transform_vs_normal": lists.transform_vs_normal,
                 "transform_vs_same_size_normal": transform_vs_same_size_normal(look),
                 "transform_turns": look["transform_turns"],
                 "hits": look["lookahead_hits"],

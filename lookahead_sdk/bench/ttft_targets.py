@@ -50,13 +50,21 @@ class TurnLists:
         """Transform turns of the sync / lookahead runs (the lookahead run may commit more)."""
         return f"{len(self.sync_transform)}/{len(self.lookahead_transform)}"
 
+    @classmethod
+    def of(cls, strategy: dict[str, Any]) -> TurnLists:
+        lists = cls()
+        lists.add(strategy)
+        return lists
+
     @property
     def ratio(self) -> float:
-        return p50(self.lookahead_transform) / p50(self.sync_transform)
+        """look T / sync T (p50s); NaN where a side has no turns."""
+        return safe_ratio(p50(self.lookahead_transform), p50(self.sync_transform))
 
     @property
     def transform_vs_normal(self) -> float:
-        return p50(self.lookahead_transform) / p50(self.lookahead_normal)
+        """look T / look N (p50s); NaN where a side has no turns."""
+        return safe_ratio(p50(self.lookahead_transform), p50(self.lookahead_normal))
 
 
 @dataclass(frozen=True)
@@ -98,8 +106,7 @@ def target_rows(runs: Sequence[Labelled]) -> list[TargetRow]:
     for label, document in runs:
         setup = setup_of(document)
         for name, strategy in document["strategies"].items():
-            lists = TurnLists()
-            lists.add(strategy)
+            lists = TurnLists.of(strategy)
             rows.append(
                 TargetRow(
                     label,
