@@ -48,7 +48,7 @@ from lookahead_sdk.router.discovery import BackendUnreachable, CapacityUnknown, 
 from lookahead_sdk.router.exposition import ProxyCounters, render
 from lookahead_sdk.router.policies import make_policy
 from lookahead_sdk.router.prompt_delta import PromptTracker
-from lookahead_sdk.router.proxy_call import Call, Headers, Reply, reply_error
+from lookahead_sdk.router.proxy_call import Call, Headers, LastBytesHeld, Reply, reply_error
 from lookahead_sdk.router.proxy_config import ProxyConfig
 from lookahead_sdk.router.proxy_relay import HELD_HEADER, Exchange, UpstreamFailed, exchange
 from lookahead_sdk.router.slots import SlotTable
@@ -280,6 +280,12 @@ class RouterProxy:
             self.counters.request(call.route, outcome)
 
     async def _tracked(self, call: Call, program_id: str, reply: Reply) -> str:
+        held_back = LastBytesHeld(reply)
+        outcome = await self._tracked_exchange(call, program_id, held_back)
+        await held_back.release()  # the table has recorded how the request ended
+        return outcome
+
+    async def _tracked_exchange(self, call: Call, program_id: str, reply: Reply) -> str:
         request_id = f"r{next(self._ids)}"
         lookahead = call.lookahead
         new_tokens = self._tracker.new_tokens(program_id, call.body, remember=lookahead is None)

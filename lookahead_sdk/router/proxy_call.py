@@ -86,6 +86,34 @@ class Reply(Protocol):
     async def send(self, data: bytes, *, more: bool) -> None: ...
 
 
+class LastBytesHeld:
+    """A `Reply` that holds back the response's last bytes until `release()`: the proxy first
+    records how the request ended, so that a client reading `/programs`, or sending its
+    program's next request, right after its answer finds this request finished."""
+
+    def __init__(self, reply: Reply) -> None:
+        self._reply = reply
+        self._last: bytes | None = None
+
+    @property
+    def started(self) -> bool:
+        return self._reply.started
+
+    async def start(self, status: int, headers: Headers) -> None:
+        await self._reply.start(status, headers)
+
+    async def send(self, data: bytes, *, more: bool) -> None:
+        if more:
+            await self._reply.send(data, more=True)
+        else:
+            self._last = data
+
+    async def release(self) -> None:
+        if self._last is not None:
+            data, self._last = self._last, None
+            await self._reply.send(data, more=False)
+
+
 def upstream_headers(headers: Headers, *, drop_authorization: bool) -> list[tuple[bytes, bytes]]:
     kept = [
         (name, value)

@@ -11,8 +11,10 @@ from typing import Any
 import httpx
 import pytest
 
+from lookahead_sdk.base.protocol import RequestTags
 from lookahead_sdk.base.tags import program as program_scope
 from lookahead_sdk.router.config import ThunderConfig
+from lookahead_sdk.router.proxy_call import Call
 from lookahead_sdk.router.proxy_config import ProxyConfig
 from tests.router.proxy_helpers import (
     SimProcess,
@@ -51,6 +53,42 @@ async def stream_lines(client: httpx.AsyncClient, path: str, body: dict, **kw: A
     async with client.stream("POST", path, json=body, **kw) as response:
         assert response.status_code == 200
         return [line async for line in response.aiter_lines() if line]
+
+
+class RecordingReply:
+    """A client channel that records what the proxy sends, in order."""
+
+    def __init__(self, events: list[str]) -> None:
+        self.events = events
+        self.started = False
+
+    async def start(self, status: int, headers: Any) -> None:
+        self.started = True
+        self.events.append(f"start {status}")
+
+    async def send(self, data: bytes, *, more: bool) -> None:
+        self.events.append("bytes" if more else "last bytes")
+
+
+@pytest.mark.parametrize("stream", [False, True])
+async def test_the_last_bytes_go_out_after_the_table_records_how_the_request_ended(
+    backends, monkeypatch: pytest.MonkeyPatch, stream: bool
+) -> None:
+    async with router_running(ProxyConfig(backends)) as router:
+        proxy, events = router.proxy, []
+        finish = proxy._finish
+
+        def recorded_finish(request_id: str, **outcome: Any) -> None:
+            finish(request_id, **outcome)
+            events.append("finished")
+
+        monkeypatch.setattr(proxy, "_finish", recorded_finish)
+        body = chat("p-order", stream=stream)
+        call = Call("chat", body, json.dumps(body).encode(), [], RequestTags.from_request(body, {}))
+        await proxy.serve(call, RecordingReply(events))
+        assert events[0] == "start 200" and events[-2:] == ["finished", "last bytes"], events
+        view = proxy.program_view("p-order")
+        assert view is not None and view["steps"] == 1 and not view["in_flight"]
 
 
 async def test_chat_tracks_the_program_with_usage_streamed_or_not(backends) -> None:
