@@ -10,7 +10,6 @@ into docs/engine.md's "Threads" table.
 from __future__ import annotations
 
 import argparse
-import os
 import random
 import subprocess
 import sys
@@ -23,7 +22,7 @@ import httpx
 from rich.progress import track
 
 from lookahead_sdk.bench.common import write_json
-from lookahead_sdk.engine.config import EngineConfig
+from lookahead_sdk.engine.config import EngineConfig, usable_cpus
 from lookahead_sdk.engine.server import ensure_engine, stop_engine
 
 WORDS = ("alpha", "beta", "gamma", "delta", "omega", "tool", "data", "read", "file", "line")
@@ -75,7 +74,7 @@ def main() -> None:
     parser.add_argument("--new-tokens", type=int, default=16)
     parser.add_argument("--repeats", type=int, default=3)
     args = parser.parse_args()
-    cpus = len(os.sched_getaffinity(0))
+    cpus = usable_cpus()
     plan = [(threads, busy) for busy in (0, 1) for threads in sorted({max(1, cpus - 1), cpus})]
     rows = [
         measure(
