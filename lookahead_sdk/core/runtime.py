@@ -25,7 +25,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import math
 import statistics
 import time
 from collections.abc import Coroutine, Mapping, Sequence

@@ -82,10 +82,4 @@ class LeastLoadedStickyPolicy(_Baseline):
     def _pick(self, program: Program) -> str:
         if program.backend is not None:
             return program.backend
-        return min(
-            self._up_backends(),
-            key=lambda b: (
-                sum(self._programs[p].accounted_tokens for p in b.programs) / b.capacity_tokens,
-                b.name,
-            ),
-        ).name
+        return self._least_loaded()

@@ -15,6 +15,7 @@ HoldReason = Literal[
 RejectReason = Literal[
     "program_paused",  # best-effort lookahead work of a paused program (the SDK falls back)
     "program_pausing",  # best-effort lookahead work of a program marked for pause
+    "no_free_slot",  # best-effort lookahead work would need a llama.cpp slot another program holds
     "program_released",  # the program was released or its lease expired while this was held
     "no_backend",  # the hold timed out and no backend is up to force it onto
 ]

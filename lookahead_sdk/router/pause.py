@@ -15,11 +15,11 @@ gave 13% fewer steps/min at 2x overload and 18% fewer at 3x than `idle_longest`.
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
 from lookahead_sdk.router.config import PauseOrder
-from lookahead_sdk.router.state import Program
+from lookahead_sdk.router.state import Program, share_limit
 
 
 @dataclass(frozen=True, slots=True)
@@ -34,16 +34,20 @@ def plan_pauses(
     pause_at: float,
     pause_to: float,
     order: PauseOrder = "idle_longest",
+    footprint: Callable[[Program], int] = lambda program: program.accounted_tokens,
+    slots: int | None = None,
 ) -> PausePlan:
+    """`footprint`: what each program takes on this backend (`Backend.footprint`); `slots`:
+    llama.cpp's, whose shares count whole slots (`share_limit`)."""
     active = list(programs)
-    load = sum(p.accounted_tokens for p in active)
-    if load <= pause_at * capacity_tokens:
+    load = sum(footprint(p) for p in active)
+    if load <= share_limit(capacity_tokens, slots, pause_at):
         return PausePlan((), ())
-    excess = load - pause_to * capacity_tokens
-    acting = [p for p in active if p.phase == "acting" and p.accounted_tokens > 0]
+    excess = load - share_limit(capacity_tokens, slots, pause_to)
+    acting = [p for p in active if p.phase == "acting" and footprint(p) > 0]
     acting.sort(key=_idle_longest if order == "idle_longest" else _smallest)
     reasoning = sorted(
-        (p for p in active if p.phase == "reasoning" and p.accounted_tokens > 0), key=_smallest
+        (p for p in active if p.phase == "reasoning" and footprint(p) > 0), key=_smallest
     )
     pause_now: list[Program] = []
     mark: list[Program] = []
@@ -52,7 +56,7 @@ def plan_pauses(
             if excess <= 0:
                 break
             chosen.append(program)
-            excess -= program.accounted_tokens
+            excess -= footprint(program)
     return PausePlan(tuple(pause_now), tuple(mark))
 
 

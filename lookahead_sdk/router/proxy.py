@@ -161,7 +161,7 @@ class RouterProxy:
                 backend.info = info
                 if info.slots is not None:
                     backend.slots = SlotTable(info.slots)
-                self.core.add_backend(url, info.capacity_tokens)
+                self.core.add_backend(url, info.capacity_tokens, slots=info.slots)
                 log.warning("backend %s up: %s, %d KV tokens", url, info.kind, info.capacity_tokens)
                 self._apply(self.core.tick(self._now()))  # restore waiting programs onto it
                 return True
@@ -486,6 +486,10 @@ def _reject_message(decision: Reject) -> str:
     return {
         "program_paused": "the program is paused: best-effort lookahead work is refused",
         "program_pausing": "the program is being paused: best-effort lookahead work is refused",
+        "no_free_slot": (
+            "every llama.cpp slot of the program's backend holds a context: best-effort "
+            "lookahead work is refused"
+        ),
         "program_released": "the program was released while this request was held",
         "no_backend": "no backend could take the request",
     }[decision.reason]

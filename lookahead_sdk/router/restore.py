@@ -56,18 +56,26 @@ def restore_rank(
     return (HELD_NEW, program.accounted_tokens if new_by_size else oldest, program.program_id)
 
 
+Footprint = Callable[[Program, str], int]  # what a program takes on a backend
+
+
+def tokens_anywhere(program: Program, backend: str) -> int:
+    """The footprint on a shared KV pool: the program's tokens wherever it goes."""
+    return program.accounted_tokens
+
+
 def choose_backend(
     program: Program,
     candidates: Sequence[str],
     rooms: dict[str, Room],
     preempt: Collection[str] = (),
+    footprint: Footprint = tokens_anywhere,
 ) -> str | None:
     """Where `program` goes: a candidate with free room for it, else one of `preempt` (the
     backends where it may pause acting programs) with decayed room for it; None if neither."""
-    need = program.accounted_tokens
-    fits = [name for name in candidates if rooms[name].raw >= need]
+    fits = [name for name in candidates if rooms[name].raw >= footprint(program, name)]
     if not fits:
-        fits = [name for name in preempt if rooms[name].decayed >= need]
+        fits = [name for name in preempt if rooms[name].decayed >= footprint(program, name)]
         if not fits:
             return None
     if program.origin in fits:
@@ -82,6 +90,7 @@ def plan_restores(
     blocks_when_unplaced: Callable[[Program], bool],
     may_preempt: Callable[[Program], bool] = lambda program: False,
     credit: Mapping[str, float] | None = None,
+    footprint: Footprint = tokens_anywhere,
 ) -> list[tuple[Program, str]]:
     """Select programs in `ordered` order while they fit somewhere (one that does not fit is
     skipped, unless `blocks_when_unplaced`: then nothing behind it is restored, so freed room
@@ -90,12 +99,14 @@ def plan_restores(
     decayed room on a candidate whose `credit` (tokens) is still positive; what it takes beyond
     the free room is spent from that credit (see `choose_backend`)."""
     selected = _place_in_order(
-        ordered, rooms, candidates, blocks_when_unplaced, may_preempt, credit
+        ordered, rooms, candidates, blocks_when_unplaced, may_preempt, credit, footprint
     )
     if len(selected) < 2:
         return selected
     largest_first = sorted((p for p, _ in selected), key=lambda p: -p.accounted_tokens)
-    packed = _place_in_order(largest_first, rooms, candidates, lambda p: True, may_preempt, credit)
+    packed = _place_in_order(
+        largest_first, rooms, candidates, lambda p: True, may_preempt, credit, footprint
+    )
     return packed if len(packed) == len(selected) else selected
 
 
@@ -106,6 +117,7 @@ def _place_in_order(
     blocks_when_unplaced: Callable[[Program], bool],
     may_preempt: Callable[[Program], bool],
     credit: Mapping[str, float] | None,
+    footprint: Footprint,
 ) -> list[tuple[Program, str]]:
     rooms = {name: Room(r.decayed, r.raw) for name, r in rooms.items()}
     left = dict(credit or {})
@@ -113,12 +125,12 @@ def _place_in_order(
     for program in ordered:
         allowed = candidates(program)
         preempt = [n for n in allowed if left.get(n, 0.0) > 0] if may_preempt(program) else []
-        backend = choose_backend(program, allowed, rooms, preempt)
+        backend = choose_backend(program, allowed, rooms, preempt, footprint)
         if backend is None:
             if blocks_when_unplaced(program):
                 break
             continue
-        room, need = rooms[backend], program.accounted_tokens
+        room, need = rooms[backend], footprint(program, backend)
         if need > room.raw:
             left[backend] = left.get(backend, 0.0) - (need - max(room.raw, 0.0))
         _take(room, need)

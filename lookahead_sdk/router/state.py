@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from typing import Literal
 
@@ -51,6 +52,11 @@ class Program:
         return self.tokens + self.lookahead_tokens
 
     @property
+    def has_lookahead(self) -> bool:
+        """A lookahead branch of it runs or waits to."""
+        return any(r.lookahead is not None for r in (*self.in_flight.values(), *self.held.values()))
+
+    @property
     def oldest_held_s(self) -> float | None:
         for request in self.held.values():
             return request.arrived_s
@@ -73,12 +79,40 @@ class Program:
         )
 
 
+def share_limit(capacity_tokens: int, slots: int | None, share: float) -> float:
+    """Tokens under `share` of a backend's capacity. On llama.cpp whole slots, rounded up: a
+    context grows inside its own slot, so no headroom is kept for growth, and 0.9 of 2 slots is
+    still 2 (rounding down would leave one slot of two idle)."""
+    if slots is None:
+        return share * capacity_tokens
+    return math.ceil(share * slots - 1e-9) * (capacity_tokens // slots)
+
+
 @dataclass(slots=True)
 class Backend:
     name: str
     capacity_tokens: int
     up: bool = True
     programs: dict[str, None] = field(default_factory=dict)  # active program ids (ordered set)
+    # llama.cpp splits its KV into `slots` equal parts, one context each; None: one shared pool.
+    slots: int | None = None
+
+    @property
+    def slot_tokens(self) -> int | None:
+        return None if self.slots is None else self.capacity_tokens // self.slots
+
+    def limit(self, share: float) -> float:
+        return share_limit(self.capacity_tokens, self.slots, share)
+
+    def footprint(self, program: Program) -> int:
+        """Tokens `program` takes here. On a pooled KV (SGLang, vLLM) its tokens; on llama.cpp a
+        whole slot for its context however short, and another while a lookahead branch runs
+        (the router gives it its own slot), so small programs cannot over-subscribe the slots."""
+        slot_tokens = self.slot_tokens
+        if slot_tokens is None:
+            return program.accounted_tokens
+        slots = 1 + program.has_lookahead
+        return max(program.accounted_tokens, slots * slot_tokens)
 
 
 @dataclass(frozen=True, slots=True)

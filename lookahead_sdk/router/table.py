@@ -72,12 +72,23 @@ class RouterCore:
 
     # --- backends ------------------------------------------------------------------------------
 
-    def add_backend(self, name: str, capacity_tokens: int) -> None:
+    def add_backend(self, name: str, capacity_tokens: int, *, slots: int | None = None) -> None:
+        """`slots`: llama.cpp's parallel slots, which split `capacity_tokens` into equal parts
+        (a program then takes at least one, see `Backend.footprint`); None for a shared pool."""
         require_id("backend name", name)
         require_capacity(f"capacity_tokens of backend {name!r}", capacity_tokens)
+        if slots is not None and (
+            isinstance(slots, bool)
+            or not isinstance(slots, int)
+            or not 0 < slots <= capacity_tokens
+        ):
+            raise ValueError(
+                f"slots of backend {name!r} must be None (a shared KV pool) or an int from 1 to "
+                f"its capacity_tokens ({capacity_tokens}), got {slots!r}"
+            )
         if name in self._backends:
             raise ValueError(f"backend {name!r} was already added; add each backend once")
-        self._backends[name] = Backend(name, capacity_tokens)
+        self._backends[name] = Backend(name, capacity_tokens, slots=slots)
         self._on_backend_added(name)
 
     def mark_down(self, name: str, now_s: float) -> list[Decision]:
@@ -256,9 +267,8 @@ class RouterCore:
         return tuple(self._waiting)
 
     def accounted_tokens(self, backend: str) -> int:
-        """Tokens of the programs active on `backend` (no decay)."""
-        programs = self._known_backend(backend).programs
-        return sum(self._programs[p].accounted_tokens for p in programs)
+        """Tokens the programs active on `backend` take there (no decay; `Backend.footprint`)."""
+        return self._load(self._known_backend(backend))
 
     def capacity_tokens(self, backend: str) -> int:
         return self._known_backend(backend).capacity_tokens
@@ -330,6 +340,17 @@ class RouterCore:
 
     def _up_backends(self) -> list[Backend]:
         return [b for b in self._backends.values() if b.up]
+
+    def _load(self, backend: Backend) -> int:
+        return sum(backend.footprint(self._programs[p]) for p in backend.programs)
+
+    def _least_loaded(self) -> str:
+        return min(
+            self._up_backends(), key=lambda b: (self._load(b) / b.capacity_tokens, b.name)
+        ).name
+
+    def _footprint(self, program: Program, backend: str) -> int:
+        return self._backends[backend].footprint(program)
 
     def _forward(self, program: Program, request: TrackedRequest) -> Forward:
         assert program.backend is not None, "only an active program's requests are forwarded"

@@ -87,6 +87,16 @@ class ThunderPolicy(RouterCore):
             return Reject(request_id, program_id, "program_paused", 409)
         if program.marked_for_pause:
             return Reject(request_id, program_id, "program_pausing", 409)
+        backend = self._backends[program.backend]
+        slot_tokens = backend.slot_tokens
+        if (
+            slot_tokens is not None
+            and not program.has_lookahead
+            and self._load(backend) + slot_tokens > backend.limit(self.config.pause_at)
+        ):
+            # Its branch would take a slot that another program's context holds: best-effort
+            # work never pauses anyone (the SDK counts it as a failed warm-up).
+            return Reject(request_id, program_id, "no_free_slot", 409)
         return None
 
     def _route(self, program: Program, request: TrackedRequest, now: float) -> Forward | Hold:
@@ -99,7 +109,9 @@ class ThunderPolicy(RouterCore):
         if self._others_held(program):
             return hold
         rooms = self._rooms(now)
-        backend = choose_backend(program, self._candidates(program), rooms)
+        backend = choose_backend(
+            program, self._candidates(program), rooms, footprint=self._footprint
+        )
         if backend is None:
             return hold
         restore = self._restore(program, backend)
@@ -141,8 +153,10 @@ class ThunderPolicy(RouterCore):
         if not waiting:
             return []
         rooms = self._rooms(now)
-        smallest = min(p.accounted_tokens for p in waiting)
-        if all(room.decayed < smallest for room in rooms.values()):
+        if all(
+            room.decayed < min(self._footprint(p, name) for p in waiting)
+            for name, room in rooms.items()
+        ):
             return []  # nothing fits anywhere (the common case in an overloaded fleet)
         aging_s = self.config.aging_s
         by_size = self.config.new_program_order == "smallest"
@@ -159,7 +173,7 @@ class ThunderPolicy(RouterCore):
             if not (group == AGED or (group == HELD_NEW and not by_size)):
                 return False
             return any(
-                program.accounted_tokens <= share * self._backends[name].capacity_tokens
+                self._footprint(program, name) <= self._backends[name].limit(share)
                 for name in self._candidates(program)
             )
 
@@ -168,12 +182,12 @@ class ThunderPolicy(RouterCore):
 
         plan = plan_restores(
             [p for _, p in ranked], rooms, self._candidates, blocks, may_preempt,
-            self._swap_credit,
+            self._swap_credit, self._footprint,
         )  # fmt: skip
         free = {name: room.raw for name, room in rooms.items()}
         restores: list[Restore] = []
         for program, backend in plan:
-            need = program.accounted_tokens
+            need = self._footprint(program, backend)
             self._charge(backend, need - max(free[backend], 0.0))
             free[backend] -= need
             restores.append(self._restore(program, backend))
@@ -198,14 +212,14 @@ class ThunderPolicy(RouterCore):
             raw = decayed = 0.0
             for program_id in backend.programs:
                 program = self._programs[program_id]
-                tokens = program.accounted_tokens
+                tokens = backend.footprint(program)
                 raw += tokens
                 since = program.acting_since_s
                 if half_life > 0 and since is not None and not program.in_flight:
                     decayed += tokens * 2.0 ** (-(now - since) / half_life)
                 else:
                     decayed += tokens
-            limit = share * backend.capacity_tokens
+            limit = backend.limit(share)
             rooms[backend.name] = Room(limit - decayed, limit - raw)
         return rooms
 
@@ -222,18 +236,16 @@ class ThunderPolicy(RouterCore):
         if self.config.global_queue:
             return
         up = self._up_backends()
-        load = {
-            b.name: float(sum(self._programs[p].accounted_tokens for p in b.programs)) for b in up
-        }
+        load = {b.name: float(self._load(b)) for b in up}
         for program_id in self._waiting:
             queued = self._programs[program_id]
             if queued.home in load:
-                load[queued.home] += queued.accounted_tokens
+                load[queued.home] += self._footprint(queued, queued.home)
         capacity = {b.name: b.capacity_tokens for b in up}
         for program in programs:
             if program.home is None or program.home not in load:
                 program.home = min(load, key=lambda name: (load[name] / capacity[name], name))
-                load[program.home] += program.accounted_tokens
+                load[program.home] += self._footprint(program, program.home)
 
     def _others_held(self, program: Program) -> bool:
         if len(program.held) > 1:
@@ -288,15 +300,6 @@ class ThunderPolicy(RouterCore):
             program.acting_since_s = now
         return decisions
 
-    def _least_loaded(self) -> str:
-        return min(
-            self._up_backends(),
-            key=lambda b: (
-                sum(self._programs[p].accounted_tokens for p in b.programs) / b.capacity_tokens,
-                b.name,
-            ),
-        ).name
-
     # --- pause ---------------------------------------------------------------------------------
 
     def _pause_pass(self) -> list[Pause]:
@@ -308,7 +311,7 @@ class ThunderPolicy(RouterCore):
                 program.marked_for_pause = False  # re-planned from scratch on every pass
             plan = plan_pauses(
                 programs, backend.capacity_tokens, config.pause_at, config.pause_to,
-                config.pause_order,
+                config.pause_order, backend.footprint, backend.slots,
             )  # fmt: skip
             decisions += [self._pause(program) for program in plan.pause_now]
             for program in plan.mark:
@@ -318,6 +321,7 @@ class ThunderPolicy(RouterCore):
     def _pause(self, program: Program) -> Pause:
         backend = program.backend
         assert backend is not None
+        freed = self._footprint(program, backend)
         self._detach(program)
         self._counters.pauses += 1
-        return Pause(program.program_id, backend, program.accounted_tokens)
+        return Pause(program.program_id, backend, freed)

@@ -1,6 +1,7 @@
 """Random event sequences against every policy: the table's invariants hold after each event,
 nothing is forwarded twice, and every held request is resolved once capacity frees."""
 
+import math
 from collections import Counter
 from collections.abc import Callable
 
@@ -21,6 +22,7 @@ from lookahead_sdk.router import (
     Forward,
     Hold,
     Ignored,
+    ProgramView,
     Reject,
     Requeue,
     Restore,
@@ -58,23 +60,28 @@ POLICIES: dict[str, Callable[[], RouterCore]] = {
     "least-loaded": lambda: make_policy("least-loaded", baseline=BaselineConfig(lease_s=LEASE_S)),
 }
 BACKENDS = (("a", 1500), ("b", 1000), ("c", 2500))
+LLAMACPP_SLOTS = 3  # backend "a" as a llama.cpp server: three slots of 500 tokens
 PROGRAMS = tuple(f"p{i}" for i in range(6))
 
 
 class RouterMachine(RuleBasedStateMachine):
-    @initialize(kind=st.sampled_from(sorted(POLICIES)), backends=st.integers(1, 3))
-    def setup(self, kind: str, backends: int) -> None:
+    @initialize(
+        kind=st.sampled_from(sorted(POLICIES)), backends=st.integers(1, 3), slotted=st.booleans()
+    )
+    def setup(self, kind: str, backends: int, slotted: bool) -> None:
         self.policy = POLICIES[kind]()
         self.thunder = isinstance(self.policy, ThunderPolicy)
         self.backends = BACKENDS[:backends]
+        self.slots = {"a": LLAMACPP_SLOTS} if slotted else {}
         for name, capacity in self.backends:
-            self.policy.add_backend(name, capacity)
+            self.policy.add_backend(name, capacity, slots=self.slots.get(name))
         self.now = 0.0
         self.counter = 0
         self.ever_forwarded: set[str] = set()
         self.held: dict[str, str] = {}  # request -> program, as the caller sees it
         self.in_flight: dict[str, str] = {}
         self.released: set[str] = set()
+        self.lookaheads: set[str] = set()  # requests that are lookahead branches
 
     # --- executing decisions like a caller -----------------------------------------------------
 
@@ -127,6 +134,8 @@ class RouterMachine(RuleBasedStateMachine):
         request_id = f"r{self.counter}"
         self.counter += 1
         self.released.discard(program)
+        if lookahead is not None:
+            self.lookaheads.add(request_id)
         decision = self.policy.request_arrived(
             program,
             request_id,
@@ -184,19 +193,36 @@ class RouterMachine(RuleBasedStateMachine):
 
     # --- invariants ----------------------------------------------------------------------------
 
+    def footprint(self, view: ProgramView, backend: str) -> int:
+        """What the program takes on `backend`, worked out here from what the caller saw: its
+        tokens, and on the llama.cpp backend no less than a slot (two with a lookahead)."""
+        slots = self.slots.get(backend)
+        if slots is None:
+            return view.tokens
+        capacity = dict(self.backends)[backend]
+        branch = any(r in self.lookaheads for r in (*view.in_flight, *view.held))
+        return max(view.tokens, (1 + branch) * (capacity // slots))
+
     def check_thresholds(self) -> None:
         """After a tick every backend is at or under `pause_at` x capacity, counting the tokens
-        of programs marked for pause as already gone."""
+        of programs marked for pause as already gone; on a llama.cpp backend (pause_at <= 1)
+        that means no more contexts than slots."""
         config = self.policy.config  # type: ignore[attr-defined]
         for name, capacity in self.backends:
             if not self.policy.is_up(name):
                 continue
-            staying = sum(
-                v.tokens
-                for v in self.policy.programs()
-                if v.backend == name and not v.marked_for_pause
+            staying = [
+                v for v in self.policy.programs() if v.backend == name and not v.marked_for_pause
+            ]
+            if name not in self.slots:
+                assert sum(v.tokens for v in staying) <= config.pause_at * capacity + 1e-6
+                continue
+            # Whole slots: pause_at of them, rounded up (a context grows inside its own slot).
+            held_slots = sum(
+                1 + any(r in self.lookaheads for r in (*v.in_flight, *v.held)) for v in staying
             )
-            assert staying <= config.pause_at * capacity + 1e-6
+            assert held_slots <= math.ceil(config.pause_at * self.slots[name] - 1e-9)
+            assert held_slots <= self.slots[name]
 
     @invariant()
     def each_program_is_in_exactly_one_place(self) -> None:
@@ -236,7 +262,7 @@ class RouterMachine(RuleBasedStateMachine):
     def backends_account_exactly_their_programs(self) -> None:
         for name, _ in self.backends:
             on_it = [v for v in self.policy.programs() if v.backend == name]
-            assert self.policy.accounted_tokens(name) == sum(v.tokens for v in on_it)
+            assert self.policy.accounted_tokens(name) == sum(self.footprint(v, name) for v in on_it)
             assert all(v.tokens >= 0 for v in on_it)
 
     def teardown(self) -> None:

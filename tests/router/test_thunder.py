@@ -335,3 +335,45 @@ def test_a_program_too_big_for_any_backend_does_not_block_the_queue() -> None:
     assert forwarded(policy.tick(3.0)) == {"r2": "a"}
     decisions = policy.tick(51.0)
     assert forwarded(decisions) == {"r1": "a"} and isinstance(decisions[0], ForceAdmit)
+
+
+def test_on_llama_cpp_a_small_program_still_takes_a_whole_slot() -> None:
+    """Three 100-token programs fit a 1,000-token pool, but a 2-slot llama.cpp server of the same
+    size holds two contexts: the third waits instead of taking another program's slot."""
+    pooled = thunder(("a", 1000))
+    assert all(
+        isinstance(pooled.request_arrived(p, f"r-{p}", 100, 0.0), Forward)
+        for p in ("p1", "p2", "p3")
+    )
+    slotted = ThunderPolicy()
+    slotted.add_backend("a", 1000, slots=2)
+    assert slotted.request_arrived("p1", "r1", 100, 0.0) == Forward("r1", "p1", "a")
+    assert slotted.request_arrived("p2", "r2", 100, 0.0) == Forward("r2", "p2", "a")
+    assert isinstance(slotted.request_arrived("p3", "r3", 100, 0.0), Hold)
+    assert slotted.accounted_tokens("a") == 1000  # two slots of 500, not 200 tokens
+    # A slot frees when p1 ends: p3 takes it.
+    assert forwarded(slotted.release("p1", 1.0)) == {"r3": "a"}
+
+
+def test_best_effort_lookahead_never_takes_a_slot_another_program_holds() -> None:
+    policy = ThunderPolicy()
+    policy.add_backend("a", 1000, slots=2)
+    policy.request_arrived("p1", "r1", 100, 0.0)
+    # One slot free: p1's branch may use it (its footprint is then both slots).
+    assert policy.request_arrived("p1", "b1", 50, 0.5, lookahead="best_effort") == Forward(
+        "b1", "p1", "a"
+    )
+    assert policy.accounted_tokens("a") == 1000
+    policy.request_finished("b1", 1.0, ok=True)
+    policy.request_arrived("p2", "r2", 100, 1.5)
+    refused = policy.request_arrived("p1", "b2", 50, 2.0, lookahead="best_effort")
+    assert refused == Reject("b2", "p1", "no_free_slot", 409)
+    assert policy.accounted_tokens("a") == 1000  # refused before anything was recorded
+
+
+@pytest.mark.parametrize("slots", [0, -1, 1001, True, 2.0])
+def test_a_backend_with_impossible_slots_is_refused_by_name(slots: object) -> None:
+    policy = ThunderPolicy()
+    with pytest.raises(ValueError, match="slots of backend 'a'"):
+        policy.add_backend("a", 1000, slots=slots)  # type: ignore[arg-type]
+    assert policy.backend_names == ()
