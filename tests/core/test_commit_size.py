@@ -41,6 +41,8 @@ def policy_named(name: str, commit_ahead: bool) -> ContextPolicy:
 class Run:
     commits: int = 0
     hits: int = 0
+    regrown: int = 0  # ready results redone as the history grew
+    kinds: list[CommitKind] = field(default_factory=list)
     # Per commit: tokens committed, and what the synchronous transform of the same live history
     # leaves (measured on the side, from the policy alone).
     sizes: list[tuple[int, int]] = field(default_factory=list)
@@ -66,6 +68,7 @@ async def run(policy: ContextPolicy, mode: str, outputs: list[int]) -> Run:
             live = list(runtime.main.messages)
             outcome = await runtime.commit()
             if outcome.committed:
+                result.kinds.append(outcome.kind)
                 ctx = TransformContext(
                     token_counter=COUNTER,
                     window_tokens=WINDOW,
@@ -82,6 +85,7 @@ async def run(policy: ContextPolicy, mode: str, outputs: list[int]) -> Run:
                 await runtime.settle()
         result.commits = runtime.stats.commits
         result.hits = runtime.stats.hits
+        result.regrown = runtime.stats.regrown_lookaheads
     return result
 
 
@@ -136,29 +140,9 @@ def test_a_result_made_turns_before_the_commit_is_redone_when_growth_changes(
     synchronous commit drops. It is redone in the background, and the commit is a hit of the
     synchronous size."""
 
-    async def scenario() -> tuple[int, list[CommitKind]]:
-        kinds: list[CommitKind] = []
-        async with LookaheadRuntime(
-            policy_named(name, commit_ahead=True),
-            messages=START,
-            window_tokens=WINDOW,
-            token_counter=COUNTER,
-            summarizer=FakeSummarizer(),
-        ) as runtime:
-            for step, size in enumerate(outputs):
-                outcome = await runtime.commit()
-                if outcome.committed:
-                    kinds.append(outcome.kind)
-                for message in (model_turn(step), tool_output(step, size)):
-                    runtime.append(message)
-                    await runtime.boundary()
-                    await runtime.settle()
-            return runtime.stats.regrown_lookaheads, kinds
-
-    regrown, kinds = asyncio.run(scenario())
-    assert regrown >= 1
-    assert kinds and all(kind is CommitKind.HIT for kind in kinds)
     looked = asyncio.run(run(policy_named(name, commit_ahead=True), "lookahead", outputs))
+    assert looked.regrown >= 1
+    assert looked.kinds and all(kind is CommitKind.HIT for kind in looked.kinds)
     for committed, synchronous in looked.sizes:
         assert abs(committed - synchronous) <= looked.largest_turn
 
