@@ -108,8 +108,9 @@ class RuntimeStats:
     warmup_failures: int = 0
     live_copies: int = 0  # live context copied into the lookahead branch (`keeps_live_prefix`)
     overflow_transforms: int = 0
-    # A ready result sized for growth that the history did not follow (`sized_for_growth`):
-    # redone in the background, or resized at the commit.
+    # A ready result sized for growth the history did not follow (`ContextPolicy.kept_from`):
+    # redone in the background, or resized at the commit (the assembled context transformed
+    # once more, or the synchronous transform instead).
     regrown_lookaheads: int = 0
     resized_commits: int = 0
     waited_s: float = 0.0
