@@ -49,6 +49,8 @@ class RunResult:
     # Per turn, in the same order: tokens the history gained since the agent's previous call.
     transform_new_tokens: list[int] = field(default_factory=list)
     normal_new_tokens: list[int] = field(default_factory=list)
+    # Per transform turn: the main context right after its commit (what the next turns build on).
+    transform_context_tokens: list[int] = field(default_factory=list)
     transform_turns: int = 0
     lookahead_hits: int = 0
     stale: int = 0
@@ -57,6 +59,8 @@ class RunResult:
     cached_prompt_tokens: int = 0  # foreground prompt tokens served from the prefix cache
     prefilled_prompt_tokens: int = 0  # all prompt tokens the engine computed, background included
     wasted_prompt_tokens: int = 0  # background tokens of lookaheads that were never committed
+    regrown_lookaheads: int = 0  # ready results redone as the history's growth moved off
+    resized_commits: int = 0  # commits resized to a synchronous commit's size
     wall_s: float = 0.0
 
     def add(self, run: AgentRun) -> None:
@@ -64,6 +68,7 @@ class RunResult:
             if turn.is_transform_turn:
                 self.transform_ttft_s.append(turn.ttft_s)
                 self.transform_new_tokens.append(turn.new_tokens)
+                self.transform_context_tokens.append(turn.context_tokens)
             else:
                 self.normal_ttft_s.append(turn.ttft_s)
                 self.normal_new_tokens.append(turn.new_tokens)
@@ -76,6 +81,8 @@ class RunResult:
         self.fallbacks += stats.fallbacks
         self.extra_prompt_tokens += stats.background_prompt_tokens
         self.wasted_prompt_tokens += stats.wasted_prompt_tokens
+        self.regrown_lookaheads += stats.regrown_lookaheads
+        self.resized_commits += stats.resized_commits
         self.prefilled_prompt_tokens += stats.background_prompt_tokens + stats.sync_prompt_tokens
 
     def to_json(self) -> dict:

@@ -23,6 +23,7 @@ MEAN_REDUCTION_TARGET = 0.70  # mean over strategies of 1 - lookahead T / sync T
 # The whole run (a gain on the transform turn must not hide a loss elsewhere):
 NORMAL_RATIO_TARGET = 1.10  # lookahead N p50 <= 1.10 x sync N p50
 WALL_RATIO_TARGET = 1.02  # lookahead run's wall time <= 1.02 x sync's
+# Commits: as many as sync's per run, each leaving a context within one turn of sync's.
 FEW_TURNS = 5  # a p50 of fewer turns than this is marked
 
 Labelled = tuple[str, dict[str, Any]]  # (a run's label, its `bench ttft` document)
@@ -186,6 +187,56 @@ def whole_run_rows(runs: Sequence[Labelled]) -> list[WholeRunRow]:
     return rows
 
 
+@dataclass(frozen=True)
+class CommitSizeRow:
+    """One run of one strategy: how many commits each mode made and the p50 context they left
+    (None for runs recorded before contexts were), against one turn (the largest new tokens a
+    turn brought in either run)."""
+
+    run: str
+    strategy: str
+    sync_commits: int
+    lookahead_commits: int
+    sync_context_p50: float | None
+    lookahead_context_p50: float | None
+    one_turn_tokens: int
+
+    @property
+    def commits_met(self) -> bool:
+        return self.sync_commits == self.lookahead_commits
+
+    @property
+    def context_met(self) -> bool | None:
+        if self.sync_context_p50 is None or self.lookahead_context_p50 is None:
+            return None
+        return abs(self.lookahead_context_p50 - self.sync_context_p50) <= self.one_turn_tokens
+
+
+def commit_size_rows(runs: Sequence[Labelled]) -> list[CommitSizeRow]:
+    rows = []
+    for label, document in runs:
+        for name, strategy in document["strategies"].items():
+            sync, look = strategy["sync"], strategy["lookahead"]
+            contexts = [mode.get("transform_context_tokens") for mode in (sync, look)]
+            turns = [
+                *sync.get("normal_new_tokens", []),
+                *sync.get("transform_new_tokens", []),
+                *look.get("normal_new_tokens", []),
+                *look.get("transform_new_tokens", []),
+            ]
+            rows.append(
+                CommitSizeRow(
+                    label,
+                    name,
+                    len(sync["transform_ttft_s"]),
+                    len(look["transform_ttft_s"]),
+                    *(p50(c) if c else None for c in contexts),
+                    max(turns, default=0),
+                )
+            )
+    return rows
+
+
 def safe_ratio(numerator: float | None, denominator: float | None) -> float:
     """numerator / denominator, or NaN where either is missing, zero or NaN."""
     if not numerator or not denominator or math.isnan(numerator) or math.isnan(denominator):
@@ -255,4 +306,23 @@ def targets_tables(runs: Sequence[Labelled]) -> list[Table]:
             _against(row.wall_ratio, WALL_RATIO_TARGET),
             _met(row.wall_ratio_met),
         )
-    return [per_strategy, *([means] if means.row_count else []), whole]
+    sizes = compact_table(
+        "Commits equal per run; context left by a commit (p50 tokens) within a turn",
+        ("run", "strategy", "commits s/l", "met", "context s/l", "turn", "met"),
+    )
+    for size in commit_size_rows(runs):
+        context = (
+            "-"
+            if size.context_met is None
+            else f"{size.sync_context_p50:.0f}/{size.lookahead_context_p50:.0f}"
+        )
+        sizes.add_row(
+            size.run,
+            size.strategy,
+            f"{size.sync_commits}/{size.lookahead_commits}",
+            _met(size.commits_met),
+            context,
+            str(size.one_turn_tokens),
+            _met(size.context_met),
+        )
+    return [per_strategy, *([means] if means.row_count else []), whole, sizes]

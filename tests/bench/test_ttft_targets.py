@@ -9,6 +9,7 @@ import pytest
 from lookahead_sdk.bench.report import _rich_text, render_ttft_targets
 from lookahead_sdk.bench.ttft import summary_tables
 from lookahead_sdk.bench.ttft_targets import (
+    commit_size_rows,
     mean_reduction,
     target_rows,
     targets_tables,
@@ -117,3 +118,22 @@ def test_runs_of_different_setups_are_never_pooled() -> None:
     four_agents = {**run([1.0] * 5), "engine_threads": 1, "agents": 4}
     rows = target_rows([("t1", one_thread), ("four", four_agents)])
     assert not [row for row in rows if row.pooled]
+
+
+def test_commits_and_the_context_they_leave_are_judged_against_sync_per_run() -> None:
+    document = run([1.0] * 5)
+    offload, summarize = document["strategies"]["offload"], document["strategies"]["summarize"]
+    for mode, contexts in (("sync", [900, 1000, 1100]), ("lookahead", [1000, 1300, 1500])):
+        offload[mode]["transform_context_tokens"] = contexts
+        offload[mode]["normal_new_tokens"] = [100, 250]
+    summarize["lookahead"]["transform_ttft_s"] = [1.0, 1.0, 1.0]  # one commit more than sync
+    rows = {row.strategy: row for row in commit_size_rows([("r", document)])}
+    # offload: 5 commits each; p50 contexts 1000 vs 1300, one turn is 250 tokens: too large.
+    assert (rows["offload"].sync_commits, rows["offload"].lookahead_commits) == (5, 5)
+    assert rows["offload"].commits_met and rows["offload"].context_met is False
+    offload["lookahead"]["normal_new_tokens"] = [300]
+    assert commit_size_rows([("r", document)])[0].context_met is True
+    # summarize: 2 against 3 commits; no contexts recorded (an older JSON): not judged.
+    assert not rows["summarize"].commits_met and rows["summarize"].context_met is None
+    text = _rich_text(targets_tables([("r", document)])[-1:])
+    assert "5/5" in text and "1000/1300" in text and "2/3" in text and "NO" in text
