@@ -49,7 +49,17 @@ PURE_POLICY = ("scheduling/admission.py", "scheduling/deadlines.py", "scheduling
 PURE_POLICY_DIRS = ("router",)
 # The router's proxy and HTTP side live beside its policy core: those files may use the network.
 ROUTER_IO_FILES = {"proxy", "server", "app", "http", "discovery", "cli", "tools", "environments"}
-IMPURE = {"asyncio", "fastapi", "starlette", "httpx", "uvicorn", "sglang", "torch", "threading"}
+IMPURE = {
+    "asyncio",
+    "fastapi",
+    "starlette",
+    "httpx",
+    "aiohttp",
+    "uvicorn",
+    "sglang",
+    "torch",
+    "threading",
+}
 
 
 def is_policy(path: Path) -> bool:

@@ -29,6 +29,7 @@ from collections.abc import Callable, Coroutine
 from dataclasses import asdict, dataclass
 from typing import Any
 
+import aiohttp
 import httpx
 
 from lookahead_sdk.base.tokens import auto_token_counter, count_message
@@ -50,7 +51,13 @@ from lookahead_sdk.router.policies import make_policy
 from lookahead_sdk.router.prompt_delta import PromptTracker
 from lookahead_sdk.router.proxy_call import Call, Headers, LastBytesHeld, Reply, reply_error
 from lookahead_sdk.router.proxy_config import ProxyConfig
-from lookahead_sdk.router.proxy_relay import HELD_HEADER, Exchange, UpstreamFailed, exchange
+from lookahead_sdk.router.proxy_relay import (
+    HELD_HEADER,
+    Exchange,
+    UpstreamFailed,
+    exchange,
+    upstream_session,
+)
 from lookahead_sdk.router.slots import SlotTable
 from lookahead_sdk.router.table import RouterCore
 
@@ -91,7 +98,8 @@ class RouterProxy:
         self._terminated: OrderedDict[str, str] = OrderedDict()  # program id -> cause
         self._ids = itertools.count()
         self._tasks: set[asyncio.Task[Any]] = set()
-        self._client: httpx.AsyncClient | None = None
+        self._client: httpx.AsyncClient | None = None  # discovery, health, /v1/models
+        self._upstream: aiohttp.ClientSession | None = None  # inference calls
 
     # --- lifecycle -----------------------------------------------------------------------------
 
@@ -107,6 +115,7 @@ class RouterProxy:
             limits=httpx.Limits(max_connections=None, max_keepalive_connections=512),
             trust_env=False,
         )
+        self._upstream = upstream_session(config.connect_timeout_s, config.read_timeout_s)
         await asyncio.gather(*(self._bring_up(b) for b in self._backends.values()))
         self._spawn(self._tick_loop(), "tick")
 
@@ -119,6 +128,9 @@ class RouterProxy:
         if self._client is not None:
             await self._client.aclose()
             self._client = None
+        if self._upstream is not None:
+            await self._upstream.close()
+            self._upstream = None
 
     @property
     def client(self) -> httpx.AsyncClient:
@@ -367,8 +379,9 @@ class RouterProxy:
             slot = state.slots.slot_for(call.program_id, lookahead=call.lookahead is not None)
         state.in_flight += 1
         try:
+            assert self._upstream is not None, "RouterProxy.start() first"
             result = await exchange(
-                self.client, call, reply, backend, call.upstream_body(slot), self._count_text,
+                self._upstream, call, reply, backend, call.upstream_body(slot), self._count_text,
                 headers,
             )  # fmt: skip
         except UpstreamFailed as failure:

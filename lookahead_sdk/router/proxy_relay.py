@@ -5,16 +5,21 @@ token usage on the way.
 A failure before any byte reached the client (connection refused, a 5xx status, a body cut off
 before its first event) raises `UpstreamFailed`: the proxy may retry it on another backend. A
 backend that dies mid-stream, once the client has its first bytes, gets the stream ended with an
-SSE error event; the exchange reports it as `broken`."""
+SSE error event; the exchange reports it as `broken`.
+
+The data plane runs on aiohttp's client (its C HTTP parser): with httpx most of the router's own
+time went into httpcore, h11 and anyio reading the upstream stream (docs/router.md, overhead).
+Discovery and health checks, off the request path, keep httpx."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-import httpx
+import aiohttp
 
 from lookahead_sdk.router.proxy_call import PATHS, Call, Headers, Reply, error_payload
 from lookahead_sdk.router.sse import (
@@ -50,8 +55,26 @@ class Exchange:
         return 200 <= self.status < 300 and not self.broken
 
 
+# What reading from a backend raises: its connection failed, broke off or timed out.
+UPSTREAM_ERRORS = (aiohttp.ClientError, asyncio.TimeoutError)
+
+
+def upstream_session(connect_timeout_s: float, read_timeout_s: float) -> aiohttp.ClientSession:
+    """The proxy's one client for calls to backends: pooled keep-alive connections, no limit on
+    their number, no proxy settings from the environment, bytes passed through undecoded."""
+    return aiohttp.ClientSession(
+        connector=aiohttp.TCPConnector(limit=0, keepalive_timeout=60.0),
+        timeout=aiohttp.ClientTimeout(
+            total=None, connect=connect_timeout_s, sock_read=read_timeout_s
+        ),
+        trust_env=False,
+        auto_decompress=False,
+        skip_auto_headers=("User-Agent",),
+    )
+
+
 async def exchange(
-    client: httpx.AsyncClient,
+    session: aiohttp.ClientSession,
     call: Call,
     reply: Reply,
     backend: str,
@@ -60,36 +83,43 @@ async def exchange(
     headers: Headers = (),
 ) -> Exchange:
     """`headers` go to the client with the answer, after the backend's."""
-    request = client.build_request(
-        "POST", f"{backend}{PATHS[call.route]}", content=body, headers=list(call.headers)
-    )
+    upstream = [(name.decode("latin-1"), value.decode("latin-1")) for name, value in call.headers]
     try:
-        response = await client.send(request, stream=True)
-    except httpx.HTTPError as error:
+        response = await session.post(f"{backend}{PATHS[call.route]}", data=body, headers=upstream)
+    except UPSTREAM_ERRORS as error:
         raise UpstreamFailed(backend, "connect", _describe(error)) from error
+    complete = False
     try:
-        if response.status_code >= 500:
+        if response.status >= 500:
             detail = await _head_of(response)
-            raise UpstreamFailed(backend, "status", f"HTTP {response.status_code}: {detail}")
+            raise UpstreamFailed(backend, "status", f"HTTP {response.status}: {detail}")
         event_stream = response.headers.get("content-type", "").startswith("text/event-stream")
         if call.stream and event_stream:
-            return await _relay_stream(call, reply, response, backend, headers)
-        return await _relay_whole(call, reply, response, backend, count_text, headers)
+            result = await _relay_stream(call, reply, response, backend, headers)
+        else:
+            result = await _relay_whole(call, reply, response, backend, count_text, headers)
+        complete = not result.broken
+        return result
     finally:
-        await response.aclose()
+        # A response read to its end keeps its connection for the next call; any other (the
+        # client went away, the backend failed) closes it, which makes the engine abort.
+        if complete:
+            response.release()
+        else:
+            response.close()
 
 
 async def _relay_whole(
     call: Call,
     reply: Reply,
-    response: httpx.Response,
+    response: aiohttp.ClientResponse,
     backend: str,
     count_text: Callable[[str], int],
     extra: Headers,
 ) -> Exchange:
     try:
-        content = await response.aread()
-    except httpx.HTTPError as error:
+        content = await response.read()
+    except UPSTREAM_ERRORS as error:
         raise UpstreamFailed(backend, "read", _describe(error)) from error
     headers = [
         (b"content-type", response.headers.get("content-type", "application/json").encode()),
@@ -97,19 +127,19 @@ async def _relay_whole(
         (BACKEND_HEADER, backend.encode()),
         *extra,
     ]
-    await reply.start(response.status_code, headers)
+    await reply.start(response.status, headers)
     await reply.send(content, more=False)
     total, estimate = None, 0
-    if 200 <= response.status_code < 300:
+    if 200 <= response.status < 300:
         payload = _json(content)
         total = generate_total(payload) if call.route == "generate" else response_total(payload)
         if total is None:
             estimate = count_text(_output_text(payload))
-    return Exchange(response.status_code, total, estimate)
+    return Exchange(response.status, total, estimate)
 
 
 async def _relay_stream(
-    call: Call, reply: Reply, response: httpx.Response, backend: str, extra: Headers
+    call: Call, reply: Reply, response: aiohttp.ClientResponse, backend: str, extra: Headers
 ) -> Exchange:
     framer = SseFramer()
     tap: UsageTap | GenerateTap = (
@@ -123,7 +153,7 @@ async def _relay_stream(
     ]
     ended = False  # the client's response is complete: it went out with the [DONE] event
     try:
-        async for data in response.aiter_raw():
+        async for data in response.content.iter_any():
             if ended:
                 continue  # read the backend's stream to its end, so its connection is reused
             events = framer.feed(data)
@@ -131,34 +161,34 @@ async def _relay_stream(
                 continue
             out = b"".join([tap.pass_event(event) for event in events])
             if not reply.started:
-                await reply.start(response.status_code, headers)
+                await reply.start(response.status, headers)
             # OpenAI clients close the connection as soon as they read [DONE]: the client's
             # response ends with it, not when the backend later ends its stream (a client gone
             # in between would read as a disconnect).
             ended = any(event_data(event) == b"[DONE]" for event in events)
             if out or ended:
                 await reply.send(out, more=not ended)
-    except httpx.HTTPError as error:
+    except UPSTREAM_ERRORS as error:
         if not reply.started:
             raise UpstreamFailed(backend, "read", _describe(error)) from error
         if not ended:
             message = f"backend {backend} failed mid-stream: {_describe(error)}"
             await reply.send(data_event(error_payload(502, message, "backend_error")), more=False)
-            return Exchange(response.status_code, None, tap.content_chunks, broken=True)
+            return Exchange(response.status, None, tap.content_chunks, broken=True)
     if not ended:
         rest = framer.rest()
         if not reply.started:
-            await reply.start(response.status_code, headers)
+            await reply.start(response.status, headers)
         await reply.send(tap.pass_event(rest) if rest else b"", more=False)
     if isinstance(tap, GenerateTap):
         tap.finish()
-    return Exchange(response.status_code, tap.total_tokens, tap.content_chunks)
+    return Exchange(response.status, tap.total_tokens, tap.content_chunks)
 
 
-async def _head_of(response: httpx.Response) -> str:
+async def _head_of(response: aiohttp.ClientResponse) -> str:
     try:
-        content = await response.aread()
-    except httpx.HTTPError as error:
+        content = await response.read()
+    except UPSTREAM_ERRORS as error:
         return _describe(error)
     return content[:300].decode(errors="replace")
 
