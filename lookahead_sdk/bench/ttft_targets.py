@@ -16,6 +16,7 @@ from typing import Any
 from rich.table import Table
 
 from lookahead_sdk.bench.common import compact_table, p50
+from lookahead_sdk.strategies import Isolate, KeepRecent, Offload, Summarize
 
 RATIO_TARGET = 0.35  # lookahead T p50 <= 0.35 x sync T p50, per strategy
 TRANSFORM_VS_NORMAL_TARGET = 1.5  # lookahead T p50 <= 1.5 x lookahead N p50 (physical limit)
@@ -24,6 +25,17 @@ MEAN_REDUCTION_TARGET = 0.70  # mean over strategies of 1 - lookahead T / sync T
 NORMAL_RATIO_TARGET = 1.10  # lookahead N p50 <= 1.10 x sync N p50
 WALL_RATIO_TARGET = 1.02  # lookahead run's wall time <= 1.02 x sync's
 # Commits: as many as sync's per run, each leaving a context within one turn of sync's.
+# Burst commit turns: a commit whose turn brought an output this many times a normal turn's
+# (the median new tokens of the synchronous run's normal turns), judged on their own.
+BURST_FACTOR = 2.0
+BURST_RATIO_TARGET = 0.6  # lookahead burst T p50 <= 0.6 x sync burst T p50
+# A spawning strategy's transform turn is a sub-agent's first call, whose new tokens are its
+# whole context: no burst, whatever its size.
+SPAWNING = frozenset(
+    policy.name
+    for policy in (Offload, KeepRecent, Summarize, Isolate)
+    if policy.commit_mode == "spawn"
+)
 FEW_TURNS = 5  # a p50 of fewer turns than this is marked
 
 Labelled = tuple[str, dict[str, Any]]  # (a run's label, its `bench ttft` document)
@@ -237,6 +249,59 @@ def commit_size_rows(runs: Sequence[Labelled]) -> list[CommitSizeRow]:
     return rows
 
 
+@dataclass(frozen=True)
+class BurstRow:
+    """One run of one strategy's burst commit turns (`BURST_FACTOR`): a large output that
+    pushed the history over the limit, which averages alone cannot see coming."""
+
+    run: str
+    strategy: str
+    threshold_tokens: float
+    sync_turns: int
+    lookahead_turns: int
+    ratio: float  # look p50 / sync p50; NaN where a side has none
+
+    @property
+    def met(self) -> bool | None:
+        return None if math.isnan(self.ratio) else self.ratio <= BURST_RATIO_TARGET
+
+
+def burst_rows(runs: Sequence[Labelled]) -> list[BurstRow]:
+    """Only strategies that rewrite the history and whose runs had burst commit turns (with
+    new tokens recorded)."""
+    rows = []
+    for label, document in runs:
+        for name, strategy in document["strategies"].items():
+            if name in SPAWNING:
+                continue
+            sync, look = strategy["sync"], strategy["lookahead"]
+            threshold = BURST_FACTOR * p50(sync.get("normal_new_tokens", []))
+            if math.isnan(threshold):
+                continue
+            sync_bursts, look_bursts = (
+                [
+                    ttft
+                    for ttft, new in zip(
+                        mode["transform_ttft_s"], mode.get("transform_new_tokens", []), strict=False
+                    )
+                    if new >= threshold
+                ]
+                for mode in (sync, look)
+            )
+            if sync_bursts or look_bursts:
+                rows.append(
+                    BurstRow(
+                        label,
+                        name,
+                        threshold,
+                        len(sync_bursts),
+                        len(look_bursts),
+                        safe_ratio(p50(look_bursts), p50(sync_bursts)),
+                    )
+                )
+    return rows
+
+
 def safe_ratio(numerator: float | None, denominator: float | None) -> float:
     """numerator / denominator, or NaN where either is missing, zero or NaN."""
     if not numerator or not denominator or math.isnan(numerator) or math.isnan(denominator):
@@ -325,4 +390,24 @@ def targets_tables(runs: Sequence[Labelled]) -> list[Table]:
             str(size.one_turn_tokens),
             _met(size.context_met),
         )
-    return [per_strategy, *([means] if means.row_count else []), whole, sizes]
+    bursts = compact_table(
+        f"Burst commit turns (an output >= {BURST_FACTOR:g}x a normal turn's): "
+        f"look/sync <= {BURST_RATIO_TARGET}",
+        ("run", "strategy", "from tok", "T s/l", "look/sync", "met"),
+    )
+    for burst in burst_rows(runs):
+        bursts.add_row(
+            burst.run,
+            burst.strategy,
+            f"{burst.threshold_tokens:.0f}",
+            f"{burst.sync_turns}/{burst.lookahead_turns}",
+            _against(burst.ratio, BURST_RATIO_TARGET),
+            _met(burst.met),
+        )
+    return [
+        per_strategy,
+        *([means] if means.row_count else []),
+        whole,
+        sizes,
+        *([bursts] if bursts.row_count else []),
+    ]

@@ -9,6 +9,7 @@ import pytest
 from lookahead_sdk.bench.report import _rich_text, render_ttft_targets
 from lookahead_sdk.bench.ttft import summary_tables
 from lookahead_sdk.bench.ttft_targets import (
+    burst_rows,
     commit_size_rows,
     mean_reduction,
     target_rows,
@@ -137,3 +138,23 @@ def test_commits_and_the_context_they_leave_are_judged_against_sync_per_run() ->
     assert not rows["summarize"].commits_met and rows["summarize"].context_met is None
     text = _rich_text(targets_tables([("r", document)])[-1:])
     assert "5/5" in text and "1000/1300" in text and "2/3" in text and "NO" in text
+
+
+def test_burst_commit_turns_are_judged_on_their_own() -> None:
+    document = run([1.0] * 5)
+    offload = document["strategies"]["offload"]
+    for mode in ("sync", "lookahead"):
+        offload[mode]["normal_new_tokens"] = [100, 120, 140]  # median 120: bursts from 240
+    offload["sync"]["transform_new_tokens"] = [150, 900, 1000, 150, 150]
+    offload["lookahead"]["transform_ttft_s"] = [1.0, 3.5, 3.0, 1.0, 1.0]
+    offload["lookahead"]["transform_new_tokens"] = [150, 900, 1000, 150, 150]
+    (row,) = burst_rows([("r", document)])  # summarize recorded no new tokens: no row
+    assert (row.strategy, row.threshold_tokens, row.sync_turns, row.lookahead_turns) == (
+        "offload",
+        240.0,
+        2,
+        2,
+    )
+    assert row.ratio == 3.25 / 4.0 and row.met is False  # the pooled look/sync hid it: 0.25
+    text = _rich_text(targets_tables([("r", document)])[-1:])
+    assert "Burst commit turns" in text and "0.812" in text and "NO" in text
