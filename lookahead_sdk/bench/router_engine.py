@@ -63,7 +63,7 @@ from lookahead_sdk.engine.model import DEFAULT_QUANTIZATION, MODEL_NAME
 from lookahead_sdk.engine.server import EngineHandle, ensure_engine
 from lookahead_sdk.errors import ConfigurationError
 from lookahead_sdk.router.policies import POLICY_NAMES
-from lookahead_sdk.router.proxy_relay import HELD_HEADER
+from lookahead_sdk.router.proxy_call import HELD_HEADER
 from lookahead_sdk.strategies import KeepRecent
 
 TARGET_RATIO = 1.2  # thunder's steps/min over session affinity's, in each repeat

@@ -31,6 +31,7 @@ EXTRA_OF_PACKAGE: dict[str, str] = {
     "fastapi": "router",
     "uvicorn": "router",
     "starlette": "router",
+    "aiohttp": "router",
     "langchain": "langchain",
     "langchain_core": "langchain",
     "langchain_openai": "langchain",

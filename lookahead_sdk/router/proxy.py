@@ -49,10 +49,16 @@ from lookahead_sdk.router.discovery import BackendUnreachable, CapacityUnknown, 
 from lookahead_sdk.router.exposition import ProxyCounters, render
 from lookahead_sdk.router.policies import make_policy
 from lookahead_sdk.router.prompt_delta import PromptTracker
-from lookahead_sdk.router.proxy_call import Call, Headers, LastBytesHeld, Reply, reply_error
+from lookahead_sdk.router.proxy_call import (
+    HELD_HEADER,
+    Call,
+    Headers,
+    LastBytesHeld,
+    Reply,
+    reply_error,
+)
 from lookahead_sdk.router.proxy_config import ProxyConfig
 from lookahead_sdk.router.proxy_relay import (
-    HELD_HEADER,
     Exchange,
     UpstreamFailed,
     exchange,

@@ -18,6 +18,8 @@ PATHS: dict[Route, str] = {
     "generate": "/generate",
 }
 Headers = Sequence[tuple[bytes, bytes]]
+BACKEND_HEADER = b"x-router-backend"  # which backend answered
+HELD_HEADER = b"x-router-held-ms"  # how long a program's request waited at the router for room
 
 # Never forwarded upstream: hop-by-hop headers, and what the proxy sets itself.
 _DROPPED = {

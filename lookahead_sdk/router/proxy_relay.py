@@ -21,7 +21,14 @@ from typing import Any
 
 import aiohttp
 
-from lookahead_sdk.router.proxy_call import PATHS, Call, Headers, Reply, error_payload
+from lookahead_sdk.router.proxy_call import (
+    BACKEND_HEADER,
+    PATHS,
+    Call,
+    Headers,
+    Reply,
+    error_payload,
+)
 from lookahead_sdk.router.sse import (
     GenerateTap,
     SseFramer,
@@ -31,9 +38,6 @@ from lookahead_sdk.router.sse import (
     generate_total,
     response_total,
 )
-
-BACKEND_HEADER = b"x-router-backend"
-HELD_HEADER = b"x-router-held-ms"  # how long a program's request waited at the router for room
 
 
 class UpstreamFailed(Exception):
