@@ -59,6 +59,8 @@ class RunResult:
     cached_prompt_tokens: int = 0  # foreground prompt tokens served from the prefix cache
     prefilled_prompt_tokens: int = 0  # all prompt tokens the engine computed, background included
     wasted_prompt_tokens: int = 0  # background tokens of lookaheads that were never committed
+    regrown_lookaheads: int = 0  # ready results redone as the history's growth moved off
+    resized_commits: int = 0  # commits resized to a synchronous commit's size
     wall_s: float = 0.0
 
     def add(self, run: AgentRun) -> None:
@@ -79,6 +81,8 @@ class RunResult:
         self.fallbacks += stats.fallbacks
         self.extra_prompt_tokens += stats.background_prompt_tokens
         self.wasted_prompt_tokens += stats.wasted_prompt_tokens
+        self.regrown_lookaheads += stats.regrown_lookaheads
+        self.resized_commits += stats.resized_commits
         self.prefilled_prompt_tokens += stats.background_prompt_tokens + stats.sync_prompt_tokens
 
     def to_json(self) -> dict:

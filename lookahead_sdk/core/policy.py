@@ -131,6 +131,15 @@ class ContextPolicy(ABC):
         summarizer (framework adapters check it when they are built)."""
         return False
 
+    def kept_from(self, messages: Sequence[Message], ctx: TransformContext) -> int | None:
+        """For a transform that keeps "the most recent N tokens" (less `ctx.
+        expected_growth_tokens`) verbatim: the index where that kept suffix begins, computed
+        without running the transform. The runtime compares it with where a synchronous commit
+        would begin, redoes a ready result that kept a turn more or less, and resizes one that is
+        still more than a turn off at the commit, so lookahead commits are the size synchronous
+        ones are. None (the default): the result does not depend on growth."""
+        return None
+
     def should_lookahead(self, main: MainState, lookahead: LookaheadState) -> bool:
         return False
 
@@ -156,6 +165,12 @@ class ContextPolicy(ABC):
         that can copy KV (llama.cpp slot save / restore) copy the live context, which the
         engine holds exactly now, into the lookahead's branch while the tools run, so that
         lookahead prefills only its rewrite and never waits for the live slot to be free."""
+        return False
+
+    @property
+    def decides_commit_ahead(self) -> bool:
+        """`should_commit_ahead` can hold: a commit may be decided as a model turn ends, so that
+        turn's tool outputs still arrive before it (growth the runtime expects)."""
         return False
 
     def should_promote(self, main: MainState, lookahead: LookaheadState) -> bool:
@@ -206,6 +221,11 @@ class Pipeline(ContextPolicy):
     def needs_summarizer(self) -> bool:
         return any(stage.needs_summarizer for stage in self.stages)
 
+    def kept_from(self, messages: Sequence[Message], ctx: TransformContext) -> int | None:
+        # Known only when the first stage is the one keeping a recent suffix: a later stage
+        # sees messages an earlier one rewrote.
+        return self.stages[0].kept_from(messages, ctx)
+
     def should_lookahead(self, main: MainState, lookahead: LookaheadState) -> bool:
         return any(stage.should_lookahead(main, lookahead) for stage in self.stages)
 
@@ -228,6 +248,10 @@ class Pipeline(ContextPolicy):
 
     def keeps_live_prefix(self, main: MainState, lookahead: LookaheadState) -> bool:
         return all(stage.keeps_live_prefix(main, lookahead) for stage in self.stages)
+
+    @property
+    def decides_commit_ahead(self) -> bool:
+        return any(stage.decides_commit_ahead for stage in self.stages)
 
     def should_promote(self, main: MainState, lookahead: LookaheadState) -> bool:
         return all(stage.should_promote(main, lookahead) for stage in self.stages)

@@ -25,7 +25,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import math
+import statistics
 import time
 from collections.abc import Coroutine, Mapping, Sequence
 from dataclasses import asdict, dataclass, fields, replace
@@ -60,6 +60,7 @@ log = logging.getLogger(__name__)
 
 STATE_FORMAT_VERSION = 1
 NO_WARMER = Warmer()  # every hook a no-op: the runtime without a warmer calls these
+RESIZED_SMALLER = "resized: less growth than expected"
 
 
 class CommitKind(StrEnum):
@@ -107,6 +108,11 @@ class RuntimeStats:
     warmup_failures: int = 0
     live_copies: int = 0  # live context copied into the lookahead branch (`keeps_live_prefix`)
     overflow_transforms: int = 0
+    # A ready result sized for growth the history did not follow (`ContextPolicy.kept_from`):
+    # redone in the background, or resized at the commit (the assembled context transformed
+    # once more, or the synchronous transform instead).
+    regrown_lookaheads: int = 0
+    resized_commits: int = 0
     waited_s: float = 0.0
     background_prompt_tokens: int = 0  # uncached prompt tokens of lookahead LLM calls + warm-ups
     background_completion_tokens: int = 0
@@ -339,22 +345,37 @@ class LookaheadRuntime:
                 ),
                 cold=warmed_end is None,
             )
-            if self._target.transforms_overflow() and self._still_over_limit(messages):
-                # The suffix that arrived since the snapshot kept the context over the limit.
-                self.stats.overflow_transforms += 1
+            # Up to a turn more or less than a synchronous commit keeps is committed as it is.
+            misfit = self._growth_misfit(at_commit=True)
+            slack = self._one_turn_tokens()
+            overflow = self._target.transforms_overflow() and self._still_over_limit(messages)
+            if overflow or misfit > slack:
+                # The suffix that arrived since the snapshot kept the context over the limit,
+                # or larger than a synchronous commit leaves: the assembled context is
+                # transformed once more (the result's prefix is kept up to what it drops).
                 messages, elapsed, tokens = await self._transform_now(messages)
+                self.stats.overflow_transforms += overflow
+                self.stats.resized_commits += not overflow
                 outcome = replace(
                     outcome,
                     messages=messages,
-                    reason="overflow",
+                    reason="overflow" if overflow else "resized: more growth than expected",
                     transform_s=elapsed,
                     transform_prompt_tokens=tokens,
                 )
-            return await self._finish_commit(outcome)
-        reason = (
-            "not started" if lookahead.status is LookaheadStatus.IDLE else lookahead.status.value
-        )
+            if misfit >= -slack or overflow:
+                return await self._finish_commit(outcome)
+            # Committed sooner than the result was sized for: it dropped turns a synchronous
+            # commit keeps, so the synchronous transform runs instead.
+            reason = RESIZED_SMALLER
+        else:
+            reason = (
+                "not started"
+                if lookahead.status is LookaheadStatus.IDLE
+                else lookahead.status.value
+            )
         messages, elapsed, tokens = await self._transform_now(main.messages)
+        self.stats.resized_commits += reason == RESIZED_SMALLER
         return await self._finish_commit(
             CommitOutcome(
                 CommitKind.FALLBACK,
@@ -504,6 +525,14 @@ class LookaheadRuntime:
             return
         if self.policy.should_lookahead(main, lookahead):
             self._start_lookahead(main.snapshot())
+        elif (
+            lookahead.status is LookaheadStatus.READY
+            and not self.commit_due
+            and abs(self._growth_misfit(at_commit=False)) > self._one_turn_tokens()
+        ):
+            # Redone now, in the background, rather than resized on the commit's critical path.
+            self.stats.regrown_lookaheads += 1
+            self._start_lookahead(main.snapshot())
         elif lookahead.status is LookaheadStatus.READY and self._suffix_to_warm():
             self._run_job(self._warm(lookahead.group_id or ""))
         elif (
@@ -522,18 +551,21 @@ class LookaheadRuntime:
             # A ready result superseded by a newer one (e.g. Isolate's next chunk): its work is
             # wasted only if the newer one is.
             self._spent_by_group[group_id] = self._spent_by_group.pop(previous, 0)
-        self.lookahead.start(snapshot, group_id)
+        ctx = self._transform_context(is_lookahead=True, partial_output=snapshot.partial_output)
+        ctx.expected_growth_tokens = self._expected_growth_until_commit()
+        kept_from = self.policy.kept_from(snapshot.messages, ctx)
+        self.lookahead.start(snapshot, group_id, kept_from=kept_from)
         self.stats.lookaheads_started += 1
-        self._run_job(self._lookahead_job(snapshot, group_id))
+        self._run_job(self._lookahead_job(snapshot, group_id, ctx))
 
     def _run_job(self, work: Coroutine[Any, Any, None]) -> None:
         self._job = asyncio.create_task(work)
         self._job.add_done_callback(self._after_job)
 
-    async def _lookahead_job(self, snapshot: Snapshot, group_id: str) -> None:
+    async def _lookahead_job(
+        self, snapshot: Snapshot, group_id: str, ctx: TransformContext
+    ) -> None:
         lookahead = self.lookahead
-        ctx = self._transform_context(is_lookahead=True, partial_output=snapshot.partial_output)
-        ctx.expected_growth_tokens = self._expected_growth_until_commit()
         tags = self.tags.lookahead(group_id, commit_deadline_ms=self._commit_deadline_ms())
         with use_tags(tags), doing(lookahead.work):
             try:
@@ -653,17 +685,56 @@ class LookaheadRuntime:
         if group_id is not None:
             self.stats.wasted_prompt_tokens += self._spent_by_group.pop(group_id, 0)
 
+    def _growth_misfit(self, *, at_commit: bool) -> int:
+        """Tokens the ready result + suffix keeps verbatim beyond (> 0) or short of (< 0) what a
+        commit would keep: a synchronous one now (`at_commit`), else a lookahead started now,
+        sized for the growth still expected (what the result will keep against what a
+        synchronous commit will). 0 for a policy without `kept_from`."""
+        lookahead = self.lookahead
+        if lookahead.status is not LookaheadStatus.READY or lookahead.kept_from is None:
+            return 0
+        ctx = self._transform_context(is_lookahead=not at_commit, partial_output=None)
+        ctx.expected_growth_tokens = 0 if at_commit else self._expected_growth_until_commit()
+        should_keep_from = self.policy.kept_from(self.main.messages, ctx)
+        if should_keep_from is None:
+            return 0
+        kept_from = lookahead.kept_from
+        if kept_from <= should_keep_from:
+            return self.main.tokens_between(kept_from, should_keep_from)
+        return -self.main.tokens_between(should_keep_from, kept_from)
+
+    def _one_turn_tokens(self) -> int:
+        """The slack a lookahead commit has against a synchronous one: one turn, as large as the
+        largest of the last few or the newest (whose outputs no background work can foresee,
+        and which may shift what a synchronous commit keeps by up to its size)."""
+        return max(self.main.largest_recent_turn_tokens or 0, self.main.tokens_since_last_turn)
+
     def _expected_growth_until_commit(self) -> int:
-        """Tokens the history will likely gain before the commit: whole turns at the measured
-        growth per turn until the policy's trigger. Transforms shrink what they keep by this,
-        so the committed context (result + suffix) is as large as a synchronous one."""
+        """Tokens the history will likely gain before the commit, from the last few turns'
+        sizes: the distance to the policy's trigger, plus how far the turn that crosses it
+        overshoots, plus (for a commit decided as a model turn ends) that turn's outputs.
+        Transforms sized for growth keep that much less, so the committed context (result +
+        suffix) is as large as a synchronous one."""
         remaining = self.policy.tokens_until_commit(self.main)
-        per_turn = self.main.tokens_per_turn
+        turns = self.main.recent_turn_tokens
         if remaining is None:
             return 0
-        if not per_turn:
+        if not turns:
             return remaining
-        return math.ceil(remaining / per_turn) * int(per_turn)
+        mean = statistics.fmean(turns)
+        ahead = self.policy.decides_commit_ahead
+        if ahead and self.commit_due:
+            return max(0, round(mean) - self.main.last_reply_tokens)  # this turn's outputs
+        # The turn that crosses a line is more likely a large one: it passes it by
+        # E[X^2] / 2E[X] on average (renewal theory), not by half a mean turn.
+        overshoot = statistics.fmean(x * x for x in turns) / (2 * mean)
+        if not ahead:
+            return round(remaining + overshoot)
+        # Decided as a model turn ends: after the model's next message when no tools are
+        # pending (an outputs boundary); that turn's outputs arrive before the commit.
+        if not self._tools_pending():
+            remaining = max(0, remaining - self.main.last_reply_tokens)
+        return round(remaining + overshoot + mean)
 
     def _commit_deadline_ms(self) -> int | None:
         """When the commit is expected (ms from now), from the policy's distance to its trigger
@@ -711,6 +782,7 @@ class LookaheadRuntime:
                 "covered_signature": lookahead.covered_signature.hex(),
                 "group_id": lookahead.group_id,
                 "strategy_data": lookahead.strategy_data,
+                "kept_from": lookahead.kept_from,
             }
         return saved
 
@@ -802,6 +874,11 @@ def _read_state(
                 covered_signature=bytes.fromhex(saved["covered_signature"]),
                 group_id=saved["group_id"],
                 strategy_data=dict(saved["strategy_data"]),
+                kept_from=(
+                    None
+                    if saved.get("kept_from") is None  # saved before the field existed
+                    else _non_negative_int(saved["kept_from"])
+                ),
             )
     except (KeyError, TypeError, ValueError, AttributeError) as error:
         raise InvalidInputError(

@@ -86,6 +86,7 @@ class MainState:
         self.tokens_per_turn: float | None = None
         self._recent_turn_growth: deque[int] = deque(maxlen=RECENT_TURNS)
         self._tokens_at_last_turn: int | None = None
+        self.last_reply_tokens = 0  # the newest assistant message's tokens
         self._extend(self._prepared(messages, 0), count_turns=True)
 
     # -- reading -----------------------------------------------------------------------------
@@ -110,6 +111,22 @@ class MainState:
     def tokens_between(self, start: int, end: int | None = None) -> int:
         end = len(self._messages) if end is None else end
         return self._token_prefix[end] - self._token_prefix[start]
+
+    @property
+    def tokens_since_last_turn(self) -> int:
+        """What arrived after the newest assistant message (its tool outputs so far): the newest
+        turn's growth, which `largest_recent_turn_tokens` counts only once the next turn starts."""
+        last = self._tokens_at_last_turn
+        return 0 if last is None else max(0, self.tokens - last)
+
+    def turns_between(self, start: int, end: int) -> int:
+        """Assistant turns among messages[start:end]."""
+        return sum(message.get("role") == "assistant" for message in self._messages[start:end])
+
+    @property
+    def recent_turn_tokens(self) -> tuple[int, ...]:
+        """What each of the last few turns (reply + tool outputs) added, oldest first."""
+        return tuple(self._recent_turn_growth)
 
     @property
     def largest_recent_turn_tokens(self) -> int | None:
@@ -180,6 +197,7 @@ class MainState:
             self._signatures.append(chain_digest(self._signatures[-1], entry.digest))
             if entry.message["role"] == "assistant":
                 self.partial_output = None
+                self.last_reply_tokens = entry.tokens
                 if count_turns:
                     self.turn += 1
                     self._observe_turn_growth()
@@ -290,6 +308,9 @@ class LookaheadState:
     warmed_end: int | None = None
     # The handle its background work sees (`base.tags.current_work`): promoted when a commit waits.
     work: BackgroundWork | None = None
+    # Where the verbatim recent suffix the result keeps begins, in MainState (policies that
+    # keep "the most recent N tokens", `ContextPolicy.kept_from`); None for others.
+    kept_from: int | None = None
 
     @property
     def promoted(self) -> bool:
@@ -299,9 +320,10 @@ class LookaheadState:
     def in_flight_or_ready(self) -> bool:
         return self.status in (LookaheadStatus.RUNNING, LookaheadStatus.READY)
 
-    def start(self, snapshot: Snapshot, group_id: str) -> None:
+    def start(self, snapshot: Snapshot, group_id: str, *, kept_from: int | None = None) -> None:
         """A new lookahead of `snapshot` (supersedes whatever came before)."""
         self._clear(LookaheadStatus.RUNNING)
+        self.kept_from = kept_from
         self.last_segment_end = snapshot.end
         self.covered_signature = snapshot.signature
         self.covered_version = snapshot.version
@@ -350,9 +372,11 @@ class LookaheadState:
         covered_signature: bytes,
         group_id: str | None,
         strategy_data: dict[str, Any],
+        kept_from: int | None = None,
     ) -> None:
         """A ready result from a saved state (committed only if it still covers the history)."""
         self._expect(LookaheadStatus.IDLE, "restore")
+        self.kept_from = kept_from
         self.status = LookaheadStatus.READY
         self.messages = tuple(messages)
         self.last_segment_end = last_segment_end
@@ -374,6 +398,7 @@ class LookaheadState:
         self.warmed_end = None
         self.work = None
         self.strategy_data = {}
+        self.kept_from = None
 
     def _expect(self, status: LookaheadStatus, transition: str) -> None:
         if self.status is not status:

@@ -104,6 +104,10 @@ class LimitTriggered(ContextPolicy):
     def should_commit(self, main: MainState, lookahead: LookaheadState) -> bool:
         return main.tokens >= self.hard_tokens(main)
 
+    @property
+    def decides_commit_ahead(self) -> bool:
+        return self.commit_ahead
+
     def should_commit_ahead(self, main: MainState, lookahead: LookaheadState) -> bool:
         return self.commit_ahead and self.tokens_until_commit(main) == 0
 

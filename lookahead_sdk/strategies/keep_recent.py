@@ -70,21 +70,26 @@ class KeepRecent(LimitTriggered):
             self.budget, window_tokens, "budget", "the window would never shrink"
         )
 
-    async def transform(
-        self, messages: Sequence[Message], ctx: TransformContext
-    ) -> TransformResult:
+    def _kept_head(self, messages: Sequence[Message]) -> int:
+        """The system messages, and the task (the first user message) when `keep_task` is set."""
         head = leading_system_count(messages)
-        kept_head = list(messages[:head])
-        task_index = next(
-            (i for i in range(head, len(messages)) if messages[i].get("role") == "user"), None
-        )
-        if self.keep_task and task_index is not None and task_index == head:
-            kept_head.append(messages[task_index])
+        if self.keep_task and head < len(messages) and messages[head].get("role") == "user":
             head += 1
-        head_tokens = sum(ctx.count(message) for message in kept_head)
+        return head
+
+    def kept_from(self, messages: Sequence[Message], ctx: TransformContext) -> int:
+        head = self._kept_head(messages)
+        head_tokens = sum(ctx.count(message) for message in messages[:head])
         budget = max(
             0, ctx.budget(self.budget, "budget") - head_tokens - ctx.expected_growth_tokens
         )
-        start = recent_groups_start(messages, head, budget, ctx, max_turns=self.max_turns)
-        dropped = start - head
-        return TransformResult([*kept_head, *messages[start:]], {"dropped_messages": dropped})
+        return recent_groups_start(messages, head, budget, ctx, max_turns=self.max_turns)
+
+    async def transform(
+        self, messages: Sequence[Message], ctx: TransformContext
+    ) -> TransformResult:
+        head = self._kept_head(messages)
+        start = self.kept_from(messages, ctx)
+        return TransformResult(
+            [*messages[:head], *messages[start:]], {"dropped_messages": start - head}
+        )

@@ -56,14 +56,17 @@ class Summarize(LimitTriggered):
             self.recent_budget, window_tokens, "recent_budget", "nothing would be summarized"
         )
 
+    def kept_from(self, messages: Sequence[Message], ctx: TransformContext) -> int:
+        recent_budget = max(
+            0, ctx.budget(self.recent_budget, "recent_budget") - ctx.expected_growth_tokens
+        )
+        return recent_groups_start(messages, leading_system_count(messages), recent_budget, ctx)
+
     async def transform(
         self, messages: Sequence[Message], ctx: TransformContext
     ) -> TransformResult:
         head = leading_system_count(messages)
-        recent_budget = max(
-            0, ctx.budget(self.recent_budget, "recent_budget") - ctx.expected_growth_tokens
-        )
-        recent_start = recent_groups_start(messages, head, recent_budget, ctx)
+        recent_start = self.kept_from(messages, ctx)
         history = list(messages[head:recent_start])
         if not history:
             return TransformResult(list(messages), {"summarized_messages": 0})

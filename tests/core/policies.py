@@ -9,6 +9,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from lookahead_sdk import (
+    Completion,
     ContextPolicy,
     LookaheadState,
     MainState,
@@ -109,3 +110,21 @@ class RecordingWarmer(Warmer):
 
     async def aclose(self) -> None:
         self.closed = True
+
+
+class FakeSummarizer:
+    """Deterministic LLM stand-in for unit tests of Summarize alone."""
+
+    def __init__(self) -> None:
+        self.requests: list[tuple[list[Message], int, float]] = []
+
+    async def complete(
+        self, messages: Sequence[Message], *, max_tokens: int, temperature: float
+    ) -> Completion:
+        self.requests.append((list(messages), max_tokens, temperature))
+        return Completion(
+            text=f"summary of {len(messages) - 1} messages",
+            prompt_tokens=50,
+            cached_tokens=40,
+            completion_tokens=8,
+        )

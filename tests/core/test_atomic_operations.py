@@ -108,6 +108,18 @@ def corrupted_states(saved: dict[str, Any]) -> list[dict[str, Any]]:
                 "strategy_data": {},
             },
         ),
+        lambda s: s.__setitem__(
+            "lookahead",
+            {
+                "status": "ready",
+                "messages": [user("x")],
+                "last_segment_end": 1,
+                "covered_signature": "00" * 16,
+                "group_id": "g",
+                "strategy_data": {},
+                "kept_from": -1,
+            },
+        ),
         lambda s: s.__setitem__("version", 99),
         lambda s: s.__setitem__("policy", "other"),
         lambda s: s.clear(),

@@ -2,14 +2,13 @@ from __future__ import annotations
 
 import asyncio
 import re
-from collections.abc import Sequence
 from pathlib import Path
 
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from lookahead_sdk import CommitKind, Completion, LookaheadRuntime, OffloadStore, TransformContext
+from lookahead_sdk import CommitKind, LookaheadRuntime, OffloadStore, TransformContext
 from lookahead_sdk.base.messages import Message
 from lookahead_sdk.base.tokens import ApproxTokenCounter, CachedTokenCounter
 from lookahead_sdk.core.state import LookaheadState, MainState
@@ -18,6 +17,7 @@ from lookahead_sdk.strategies.isolate import instruction_from_arguments
 from lookahead_sdk.strategies.summarize import SUMMARY_PREFIX
 
 from ..core.histories import agent_history, assert_tool_pairs_intact
+from ..core.policies import FakeSummarizer
 
 COUNTER = CachedTokenCounter(ApproxTokenCounter())
 KEY = re.compile(r'key="([0-9a-f]{64})"')
@@ -30,24 +30,6 @@ def context(window: int = 8192, **kwargs) -> TransformContext:
     return TransformContext(
         token_counter=COUNTER, window_tokens=window, is_lookahead=False, **kwargs
     )
-
-
-class FakeSummarizer:
-    """Deterministic LLM stand-in for unit tests of Summarize alone."""
-
-    def __init__(self) -> None:
-        self.requests: list[tuple[list[Message], int, float]] = []
-
-    async def complete(
-        self, messages: Sequence[Message], *, max_tokens: int, temperature: float
-    ) -> Completion:
-        self.requests.append((list(messages), max_tokens, temperature))
-        return Completion(
-            text=f"summary of {len(messages) - 1} messages",
-            prompt_tokens=50,
-            cached_tokens=40,
-            completion_tokens=8,
-        )
 
 
 # -- Offload -------------------------------------------------------------------------------------
