@@ -366,8 +366,19 @@ class LookaheadRuntime:
             if misfit >= -slack or overflow:
                 return await self._finish_commit(outcome)
             # Committed sooner than the result was sized for: it dropped turns a synchronous
-            # commit keeps, so the synchronous transform runs instead.
-            reason = RESIZED_SMALLER
+            # commit keeps. They go back in, between the result's head (and summary) and the
+            # suffix it kept, so the context is a synchronous commit's size; what follows them
+            # is prefilled again, which costs less than transforming from scratch.
+            widened = self._with_dropped_turns(end)
+            if widened is not None:
+                messages, unwarmed = widened
+                self.stats.resized_commits += 1
+                return await self._finish_commit(
+                    replace(
+                        outcome, messages=messages, reason=RESIZED_SMALLER, unwarmed_tokens=unwarmed
+                    )
+                )
+            reason = RESIZED_SMALLER  # its kept suffix was rewritten: the synchronous transform
         else:
             reason = (
                 "not started"
@@ -702,6 +713,34 @@ class LookaheadRuntime:
         if kept_from <= should_keep_from:
             return self.main.tokens_between(kept_from, should_keep_from)
         return -self.main.tokens_between(should_keep_from, kept_from)
+
+    def _with_dropped_turns(self, end: int) -> tuple[list[Message], int] | None:
+        """The ready result with the turns a synchronous commit now keeps but it dropped put
+        back before its kept suffix, plus the suffix since `end`; and the tokens from the
+        insertion on (what the commit request prefills). None if the result does not end with
+        its kept suffix verbatim (`ContextPolicy.kept_from`'s contract)."""
+        lookahead, main = self.lookahead, self.main
+        if lookahead.messages is None or lookahead.kept_from is None:
+            return None
+        ctx = self._transform_context(is_lookahead=False, partial_output=None)
+        should_keep_from = self.policy.kept_from(main.messages, ctx)
+        if should_keep_from is None or should_keep_from >= lookahead.kept_from:
+            return None
+        result = list(lookahead.messages)
+        kept = list(main.messages[lookahead.kept_from : end])
+        position = len(result) - len(kept)
+        if position < 0 or result[position:] != kept:
+            return None
+        widened = [
+            *result[:position],
+            *main.messages[should_keep_from : lookahead.kept_from],
+            *kept,
+        ]
+        messages = self.policy.assemble(
+            TransformResult(widened, dict(lookahead.strategy_data)), main.messages[end:]
+        )
+        unwarmed = sum(count_message(main.token_counter, m) for m in messages[position:])
+        return messages, unwarmed
 
     def _one_turn_tokens(self) -> int:
         """The slack a lookahead commit has against a synchronous one: one turn, as large as the
