@@ -22,6 +22,7 @@ from lookahead_sdk.errors import StateError
 
 EMPTY_SIGNATURE = b"\x00" * 16
 RECENT_TURNS = 8  # turns `largest_recent_turn_tokens` looks back over
+TAIL_TURNS = 32  # turns `largest_turn_tokens` looks back over (bursts are rarer than turns)
 
 
 @dataclass(frozen=True)
@@ -85,6 +86,7 @@ class MainState:
         # Smoothed tokens added per assistant turn: lets policies trigger a few turns ahead.
         self.tokens_per_turn: float | None = None
         self._recent_turn_growth: deque[int] = deque(maxlen=RECENT_TURNS)
+        self._turn_growth_tail: deque[int] = deque(maxlen=TAIL_TURNS)
         self._tokens_at_last_turn: int | None = None
         self.last_reply_tokens = 0  # the newest assistant message's tokens
         self._extend(self._prepared(messages, 0), count_turns=True)
@@ -127,6 +129,12 @@ class MainState:
     def recent_turn_tokens(self) -> tuple[int, ...]:
         """What each of the last few turns (reply + tool outputs) added, oldest first."""
         return tuple(self._recent_turn_growth)
+
+    @property
+    def largest_turn_tokens(self) -> int | None:
+        """The most tokens one turn added over the last `TAIL_TURNS` turns: the growth
+        distribution's tail (a burst, such as a large file read, that may come again)."""
+        return max(self._turn_growth_tail, default=None)
 
     @property
     def largest_recent_turn_tokens(self) -> int | None:
@@ -211,6 +219,7 @@ class MainState:
             return
         growth = tokens - previous
         self._recent_turn_growth.append(growth)
+        self._turn_growth_tail.append(growth)
         smoothed = self.tokens_per_turn
         self.tokens_per_turn = growth if smoothed is None else smoothed + 0.3 * (growth - smoothed)
 

@@ -74,14 +74,17 @@ class LimitTriggered(ContextPolicy):
 
     def soft_tokens(self, main: MainState) -> int:
         """Where the lookahead starts: `lookahead_at`, or earlier when the history's measured
-        growth per turn would leave fewer than `lead_turns` turns between it and the commit
-        (a trigger the next turn already crosses gives the background work no time)."""
+        growth would leave fewer than `lead_turns` average turns, or less than one turn as
+        large as the largest of the last 32, between it and the commit (a trigger the next
+        turn already crosses gives the background work no time; a burst like an earlier one
+        would cross the limit before any lookahead started)."""
         hard = self.hard_tokens(main)
         growth = main.tokens_per_turn
         reserve = self.next_turn_reserve(main)  # a commit decided ahead comes that much earlier
-        predicted = (
-            None if growth is None else max(0, hard - reserve - int(self.lead_turns * growth))
+        lead = (
+            None if growth is None else max(self.lead_turns * growth, main.largest_turn_tokens or 0)
         )
+        predicted = None if lead is None else max(0, hard - reserve - int(lead))
         if self.lookahead_at is None:
             return int(hard * SOFT_LIMIT / HARD_LIMIT) if predicted is None else predicted
         soft = resolve_budget(self.lookahead_at, main.window_tokens, "lookahead_at")
