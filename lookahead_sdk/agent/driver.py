@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import tempfile
+import time
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -29,6 +30,13 @@ from lookahead_sdk.base.tools import ToolRegistry
 from lookahead_sdk.client.endpoint import Endpoint
 from lookahead_sdk.client.session import ServerSession
 from lookahead_sdk.client.slack import DEFAULT_GATE_ADMISSION, GateAdmission
+from lookahead_sdk.client.timeline import (
+    WAIT_CAUSES,
+    RequestTimeline,
+    TimelineEntry,
+    background_overlap,
+    wait_behind,
+)
 from lookahead_sdk.client.transport import tagged_async_http_client
 from lookahead_sdk.client.warmers import LlamaCppWarmer, make_warmer
 from lookahead_sdk.core.config import RuntimeConfig
@@ -37,6 +45,7 @@ from lookahead_sdk.core.policy import ContextPolicy
 from lookahead_sdk.strategies import Isolate, KeepRecent, Offload, Summarize
 
 STRATEGIES: tuple[str, ...] = ("offload", "keep_recent", "summarize", "isolate")
+TURN_WAIT_CAUSES: tuple[str, ...] = ("before_request", *WAIT_CAUSES)
 Mode = Literal["sync", "lookahead"]
 
 
@@ -62,6 +71,15 @@ class RunResult:
     regrown_lookaheads: int = 0  # ready results redone as the history's growth moved off
     resized_commits: int = 0  # commits resized to a synchronous commit's size
     wall_s: float = 0.0
+    # Where the turns' TTFTs went, summed per turn kind ("normal", "transform") and cause
+    # (`TURN_WAIT_CAUSES`): seconds before the request went out (commit, synchronous transform),
+    # then the request's wait split by what the server ran beside it (`timeline.wait_behind`).
+    turn_wait_s: dict[str, dict[str, float]] = field(default_factory=dict)
+    # Per background request kind: requests, seconds, and seconds while a foreground request
+    # waited for its first token (`timeline.background_overlap`).
+    background: dict[str, dict[str, float]] = field(default_factory=dict)
+    gate_wait_s: float = 0.0  # best-effort work held back by the slack gate, summed
+    background_yields: int = 0  # background LLM replies stopped for a foreground request
 
     def add(self, run: AgentRun) -> None:
         for turn in run.turns:
@@ -84,6 +102,23 @@ class RunResult:
         self.regrown_lookaheads += stats.regrown_lookaheads
         self.resized_commits += stats.resized_commits
         self.prefilled_prompt_tokens += stats.background_prompt_tokens + stats.sync_prompt_tokens
+
+    def add_wait_breakdown(
+        self, turns: Sequence[TurnRecord], entries: Sequence[TimelineEntry], now: float
+    ) -> None:
+        for turn in turns:
+            if not turn.sent_at:
+                continue
+            sums = self.turn_wait_s.setdefault(
+                "transform" if turn.is_transform_turn else "normal",
+                dict.fromkeys(TURN_WAIT_CAUSES, 0.0),
+            )
+            sums["before_request"] += max(0.0, turn.sent_at - turn.started_at)
+            window = (turn.sent_at, turn.first_token_at)
+            for cause, seconds in wait_behind(window, turn.program_id, entries, now=now).items():
+                sums[cause] += seconds
+        for kind, load in background_overlap(entries, now=now).items():
+            self.background[kind] = asdict(load)
 
     def to_json(self) -> dict:
         return asdict(self)
@@ -150,6 +185,7 @@ async def run_agents(
         base_url, wire="llamacpp" if warmer == "llamacpp" else "openai"
     )
     gate = session.gate(admit=slack_admit) if slack_admission else None
+    session.timeline = RequestTimeline()
     llm = Endpoint.from_session(session, model=model, emulate_tool_calls=False).chat_client(gate)
     warm = (
         (
@@ -194,8 +230,16 @@ async def run_agents(
                 return await agent.run(MAIN_SYSTEM_PROMPT, workload.task(), plan=plan)
 
         try:
-            for run in await asyncio.gather(*(one_agent(i) for i in range(agents))):
+            runs = await asyncio.gather(*(one_agent(i) for i in range(agents)))
+            for run in runs:
                 result.add(run)
+            result.add_wait_breakdown(
+                [turn for run in runs for turn in run.turns],
+                session.timeline.entries,
+                time.perf_counter(),
+            )
+            result.gate_wait_s = gate.waited_s if gate is not None else 0.0
+            result.background_yields = llm.yields
         finally:
             await llm.aclose()
             if warm is not None:

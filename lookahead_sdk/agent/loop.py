@@ -38,6 +38,12 @@ class TurnRecord:
     unwarmed_tokens: int | None = None
     cold_hit: bool = False
     total_s: float = 0.0  # from wanting to call the model to its last token
+    # Where the TTFT went (perf_counter stamps, 0.0: not known): wanting to call the model
+    # (`started_at`), the request going out after the commit (`sent_at`), its first token.
+    started_at: float = 0.0
+    sent_at: float = 0.0
+    first_token_at: float = 0.0
+    program_id: str | None = None
 
     @property
     def is_transform_turn(self) -> bool:
@@ -243,6 +249,10 @@ class ReferenceAgent:
             new_tokens=new_tokens,
             unwarmed_tokens=outcome.unwarmed_tokens if outcome is not None else None,
             cold_hit=outcome is not None and outcome.cold,
+            started_at=result.first_token_at - result.ttft_s if result.first_token_at else 0.0,
+            sent_at=result.sent_at,
+            first_token_at=result.first_token_at,
+            program_id=tags.program_id if (tags := current_tags()) else None,
         )
         record.turns.append(turn)
         if self.on_turn is not None:

@@ -7,7 +7,7 @@ from __future__ import annotations
 import inspect
 import time
 from collections.abc import Awaitable, Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 from lookahead_sdk.base.messages import Message
@@ -49,6 +49,9 @@ class ChatResult:
     prompt_tokens: int
     cached_tokens: int
     completion_tokens: int
+    # perf_counter stamps: the request went out, its first content token came (0.0: not known).
+    sent_at: float = 0.0
+    first_token_at: float = 0.0
 
 
 def usage_numbers(usage: Any, extra: dict[str, Any] | None) -> tuple[int, int, int]:
@@ -65,10 +68,30 @@ def usage_numbers(usage: Any, extra: dict[str, Any] | None) -> tuple[int, int, i
     return int(prompt), int(cached), int(completion)
 
 
+@dataclass
+class _StreamedPiece:
+    """What one streamed request returned before it ended or was interrupted."""
+
+    text: list[str] = field(default_factory=list)
+    calls: dict[int, dict[str, Any]] = field(default_factory=dict)
+    usage: Any = None
+    extra: dict[str, Any] | None = None
+    first_token_at: float | None = None
+    tokens: int = 0  # content chunks seen: a streaming server sends one token per chunk
+    interrupted: bool = False
+
+
 class OpenAICompletionClient:
     """A `CompletionClient` (and streaming chat client) over an `openai.AsyncOpenAI` client. Give
     that client a tagging `http_client` (`ServerSession.async_http_client()`, `Endpoint`) so its
-    requests carry the program's tags."""
+    requests carry the program's tags.
+
+    `admission` is awaited before each request (best-effort calls wait for slack there).
+    `must_yield` is asked after each streamed token: True stops a text reply there (the engine
+    then serves the foreground request that arrived), waits for `admission` again, and continues
+    it by sending the text so far as the start of the assistant's reply (llama.cpp continues a
+    final assistant message). Give it only for servers that do (`SlackGate.must_yield` says False
+    for latency-critical callers)."""
 
     def __init__(
         self,
@@ -76,6 +99,7 @@ class OpenAICompletionClient:
         model: str,
         *,
         admission: Admission | None = None,
+        must_yield: Callable[[], bool] | None = None,
     ) -> None:
         if not hasattr(client, "chat"):
             raise TypeError(f"client must be an openai.AsyncOpenAI, got {type(client).__name__}")
@@ -84,6 +108,8 @@ class OpenAICompletionClient:
         self.openai = client
         self.model = model
         self.admission = admission
+        self.must_yield = must_yield
+        self.yields = 0  # replies stopped for a foreground request and continued later
 
     async def chat(
         self,
@@ -99,11 +125,78 @@ class OpenAICompletionClient:
         """`started_at` (perf_counter) is when the caller wanted the answer: TTFT counts from it,
         so a commit done just before the request is part of the measured stall."""
         started = time.perf_counter() if started_at is None else started_at
-        if self.admission is not None:
-            await self.admission()
+        sent_at = first_token_at = None
+        written = ""  # text of earlier pieces, sent back as the start of the reply
+        generated = prefilled = 0
+        while True:
+            if self.admission is not None:
+                await self.admission()
+            sent_at = sent_at or time.perf_counter()
+            prompt = list(messages)
+            if written:
+                prompt.append({"role": "assistant", "content": written})
+            piece = await self._stream(
+                prompt,
+                max_tokens=max_tokens - generated,
+                temperature=temperature,
+                tools=tools,
+                on_delta=on_delta,
+                can_yield=on_delta is None and self.must_yield is not None,
+                **request_fields,
+            )
+            first_token_at = first_token_at or piece.first_token_at
+            text = "".join(piece.text)
+            # llama.cpp repeats the continued text in its reply; other servers send only the rest.
+            written += text.removeprefix(written) if written else text
+            generated += piece.tokens
+            prompt_n, cached_n, completion_n = usage_numbers(piece.usage, piece.extra)
+            prefilled += max(0, prompt_n - cached_n)
+            if not piece.interrupted or generated >= max_tokens:
+                break
+            self.yields += 1
+        finished = time.perf_counter()
+        message: Message = {"role": "assistant", "content": written or None}
+        if piece.calls:
+            message["tool_calls"] = [
+                {**call, "id": call["id"] or f"call_{index}"}
+                for index, call in sorted(piece.calls.items())
+            ]
+        # The prompt as the caller sent it; cached: what of it the engine did not compute.
+        prompt_tokens = max(0, prompt_n - (generated - piece.tokens))
+        return ChatResult(
+            message=message,
+            ttft_s=(first_token_at or finished) - started,
+            total_s=finished - started,
+            prompt_tokens=prompt_tokens,
+            cached_tokens=max(0, prompt_tokens - prefilled),
+            completion_tokens=max(completion_n, generated) if written else completion_n,
+            sent_at=sent_at,
+            first_token_at=first_token_at or finished,
+        )
+
+    async def _stream(
+        self,
+        messages: list[Message],
+        *,
+        max_tokens: int,
+        temperature: float,
+        tools: Sequence[dict[str, Any]] | None,
+        on_delta: DeltaCallback | None,
+        can_yield: bool,
+        **request_fields: Any,
+    ) -> _StreamedPiece:
+        piece = _StreamedPiece()
+        if (
+            can_yield
+        ):  # llama.cpp: usage in every chunk, so a stopped piece still counts its prefill
+            extra_body = {
+                **(request_fields.pop("extra_body", None) or {}),
+                "timings_per_token": True,
+            }
+            request_fields["extra_body"] = extra_body
         stream = await self.openai.chat.completions.create(
             model=self.model,
-            messages=list(messages),  # type: ignore[arg-type]
+            messages=messages,  # type: ignore[arg-type]
             max_tokens=max_tokens,
             temperature=temperature,
             stream=True,
@@ -111,21 +204,17 @@ class OpenAICompletionClient:
             **({"tools": list(tools)} if tools else {}),
             **request_fields,
         )
-        first_token_at: float | None = None
-        text: list[str] = []
-        calls: dict[int, dict[str, Any]] = {}
-        usage: Any = None
-        extra: dict[str, Any] | None = None
         async for chunk in stream:
-            usage = chunk.usage or usage
-            extra = chunk.model_extra or extra
+            piece.usage = chunk.usage or piece.usage
+            piece.extra = chunk.model_extra or piece.extra
             for choice in chunk.choices:
                 delta = choice.delta
                 tool_name = None
                 if delta.content:
-                    text.append(delta.content)
+                    piece.text.append(delta.content)
+                    piece.tokens += 1
                 for call in delta.tool_calls or ():
-                    slot = calls.setdefault(
+                    slot = piece.calls.setdefault(
                         call.index,
                         {"id": "", "type": "function", "function": {"name": "", "arguments": ""}},
                     )
@@ -134,31 +223,22 @@ class OpenAICompletionClient:
                         slot["function"]["name"] += call.function.name or ""
                         slot["function"]["arguments"] += call.function.arguments or ""
                         tool_name = slot["function"]["name"]
-                if (delta.content or delta.tool_calls) and first_token_at is None:
-                    first_token_at = time.perf_counter()
+                if (delta.content or delta.tool_calls) and piece.first_token_at is None:
+                    piece.first_token_at = time.perf_counter()
                 if on_delta is not None and (delta.content or delta.tool_calls):
                     partial = (
-                        calls[max(calls)]["function"]["arguments"] if tool_name else "".join(text)
+                        piece.calls[max(piece.calls)]["function"]["arguments"]
+                        if tool_name
+                        else "".join(piece.text)
                     )
                     maybe = on_delta(partial, tool_name)
                     if inspect.isawaitable(maybe):
                         await maybe
-        finished = time.perf_counter()
-        message: Message = {"role": "assistant", "content": "".join(text) or None}
-        if calls:
-            message["tool_calls"] = [
-                {**call, "id": call["id"] or f"call_{index}"}
-                for index, call in sorted(calls.items())
-            ]
-        prompt, cached, completion = usage_numbers(usage, extra)
-        return ChatResult(
-            message=message,
-            ttft_s=(first_token_at or finished) - started,
-            total_s=finished - started,
-            prompt_tokens=prompt,
-            cached_tokens=cached,
-            completion_tokens=completion,
-        )
+            if can_yield and piece.text and not piece.calls and self.must_yield():  # type: ignore[misc]
+                piece.interrupted = True
+                await stream.close()  # the server cancels the request at its next token
+                break
+        return piece
 
     async def complete(
         self, messages: Sequence[Message], *, max_tokens: int, temperature: float

@@ -45,6 +45,7 @@ from lookahead_sdk.bench.common import (
     write_json,
 )
 from lookahead_sdk.bench.ttft_targets import FEW_TURNS, TurnLists, targets_tables
+from lookahead_sdk.bench.ttft_waits import WAITS_LEGEND, has_waits, waits_tables
 from lookahead_sdk.client.slack import DEFAULT_GATE_ADMISSION, GATE_ADMISSIONS, GateAdmission
 from lookahead_sdk.errors import ConfigurationError
 
@@ -353,7 +354,7 @@ def summary_tables(document: dict[str, Any]) -> list[Table]:
         )
     if few_turns:
         ttft.caption = f"*: p50 of fewer than {FEW_TURNS} transform turns"
-    return [ttft, work]
+    return [ttft, work, *waits_tables(document)]
 
 
 def _seconds(value: float) -> str:
@@ -374,6 +375,8 @@ def print_table(document: dict[str, Any], console: Console | None = None) -> Non
     for table in summary_tables(document):
         console.print(table)
     console.print(TTFT_LEGEND, markup=False, highlight=False)
+    if has_waits(document):
+        console.print(WAITS_LEGEND, markup=False, highlight=False)
     for table in targets_tables([("this run", document)]):
         console.print(table)
 

@@ -136,7 +136,11 @@ class Endpoint:
         """A streaming chat client rendering like the framework's requests: the summarizer a
         Summarize policy calls (its lookahead calls wait for `gate`), or the reference agent's."""
         return OpenAICompletionClient(
-            self.async_openai(), self.model, admission=gate.wait if gate is not None else None
+            self.async_openai(),
+            self.model,
+            admission=gate.wait if gate is not None else None,
+            # A gate exists for llama.cpp, which continues a stopped reply (see the client).
+            must_yield=gate.must_yield if gate is not None else None,
         )
 
     def warmer(self, gate: SlackGate | None = None) -> Warmer:

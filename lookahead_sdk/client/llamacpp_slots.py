@@ -4,9 +4,13 @@ llama-server sends a request to the idle slot whose cached prompt shares the lar
 fraction with it. A warm-up of a transformed prefix shares little with the live context, so it can
 land in the program's own slot and evict the context the next turn needs. With `wire="llamacpp"`
 the session's tagging transports pin requests (`id_slot`): the program's foreground requests to
-its `current` slot, its lookahead warm-ups to its `branch` slot (background summaries, whose
-prompt is the live context plus an instruction, to `current`, where that context is cached); a
-committed lookahead swaps the two, since the warmed branch now holds the live context. A spawned
+its `current` slot, its lookahead warm-ups to its `branch` slot. A background summary, whose
+prompt is the live context plus an instruction (`extends_live_context`), goes to the branch
+when the branch holds a copy of the live context (`branch_mirrors_live`, set by the warmer's
+copy), else to `current`, where that context is cached; there it replaces the slot's cache (a
+slot keeps only its last prompt), so the agent's next turn computes again what followed the
+summary's prefix. A committed lookahead swaps the two, since the warmed branch now holds the
+live context. A spawned
 sub-agent (Isolate) is handed the branch slot its context was warmed in, and the program gets a
 free slot as its new branch. Programs beyond the slot pairs the server has are left to the
 server's choice. One `SlotPairs` per server, owned by its `ServerSession`.
@@ -24,6 +28,7 @@ from lookahead_sdk.base.protocol import RequestTags
 class SlotPair:
     current: int
     branch: int
+    branch_mirrors_live: bool = False  # the branch holds a copy of the live context
 
 
 class SlotPairs:
@@ -54,7 +59,7 @@ class SlotPairs:
     def pair(self, program_id: str) -> SlotPair | None:
         with self._lock:
             pair = self._pairs.get(program_id)
-            return None if pair is None else SlotPair(pair.current, pair.branch)
+            return None if pair is None else SlotPair(**vars(pair))
 
     def slot_for(self, tags: RequestTags) -> int | None:
         if tags.program_id is None:
@@ -63,7 +68,19 @@ class SlotPairs:
             pair = self._pairs.get(tags.program_id)
         if pair is None:
             return None
-        return pair.branch if tags.is_lookahead and not tags.extends_live_context else pair.current
+        if not tags.is_lookahead:
+            return pair.current
+        if tags.extends_live_context and not pair.branch_mirrors_live:
+            return pair.current
+        return pair.branch
+
+    def mirror_live(self, program_id: str, mirrors: bool) -> None:
+        """The branch of `program_id` now holds a copy of its live context (True), or other
+        work (False: a warm-up of a transformed context was sent there)."""
+        with self._lock:
+            pair = self._pairs.get(program_id)
+            if pair is not None:
+                pair.branch_mirrors_live = mirrors
 
     def hand_over(self, program_id: str, child_id: str) -> bool:
         """The sub-agent `child_id` takes `program_id`'s branch slot (where its context was
@@ -77,7 +94,7 @@ class SlotPairs:
             if not free:
                 return False
             self._pairs[child_id] = SlotPair(current=pair.branch, branch=pair.branch)
-            pair.branch = free[0]
+            pair.branch, pair.branch_mirrors_live = free[0], False
             return True
 
     def _free_slots(self) -> list[int]:
@@ -90,6 +107,7 @@ class SlotPairs:
             pair = self._pairs.get(program_id)
             if pair is not None:
                 pair.current, pair.branch = pair.branch, pair.current
+                pair.branch_mirrors_live = False
 
     def release(self, program_id: str) -> None:
         with self._lock:

@@ -29,14 +29,18 @@ from lookahead_sdk.base.tokens import ServerTokenCounter
 from lookahead_sdk.client.llamacpp_slots import SlotPairs
 from lookahead_sdk.client.slack import (
     DEFAULT_GATE_ADMISSION,
+    BatchSizer,
     ForegroundRegistry,
     GateAdmission,
     SlackGate,
     origin_of,
 )
+from lookahead_sdk.client.timeline import RequestTimeline
 from lookahead_sdk.client.transport import tagged_async_http_client, tagged_http_client
 
 PROBE_TIMEOUT_S = 10.0
+# The embedded engine's request field capping a best-effort prompt's batches (engine.patches).
+BEST_EFFORT_BATCH_FIELD = "best_effort_batch_tokens"
 
 # What a probed server turned out to be. "lookahead": this package's simulator or router (they
 # read the top-level tag fields); "unknown": anything else, a hosted API included.
@@ -139,6 +143,9 @@ class ServerSession:
         # Unprobed (no facts) and not told: the server is unknown, so no tag fields in bodies.
         self.wire: WireFormat = check_wire(wire if wire is not None else self.facts.wire)
         self.foreground = ForegroundRegistry()
+        # Set to a RequestTimeline to record every request the session's clients send.
+        self.timeline: RequestTimeline | None = None
+        self.best_effort_batch = BatchSizer()
         self.slots: SlotPairs | None = (
             SlotPairs(self.facts.total_slots)
             if self.wire == "llamacpp" and self.facts.total_slots
@@ -185,11 +192,15 @@ class ServerSession:
 
     # -- what the clients share ---------------------------------------------------------------
     def placement_fields(self, tags: RequestTags) -> dict[str, Any]:
-        """Body fields that place a request of `tags` on the server (llama.cpp: its slot)."""
-        if self.slots is None:
-            return {}
-        slot = self.slots.slot_for(tags)
-        return {} if slot is None else {"id_slot": slot}
+        """Body fields that place a request of `tags` on the server. llama.cpp: its slot, and
+        for best-effort work the batch size that bounds a foreground prompt's wait for it
+        (`BatchSizer`; the embedded engine honours it, stock llama.cpp ignores it)."""
+        fields: dict[str, Any] = {}
+        if self.slots is not None and (slot := self.slots.slot_for(tags)) is not None:
+            fields["id_slot"] = slot
+        if self.wire == "llamacpp" and tags.priority_class == "be":
+            fields[BEST_EFFORT_BATCH_FIELD] = self.best_effort_batch.tokens
+        return fields
 
     def counts(self, url: str) -> bool:
         """Whether a request to `url` goes to this server."""

@@ -16,14 +16,15 @@ header only. Without a session the wire is "openai" (top-level fields) unless gi
 from __future__ import annotations
 
 import json
-from collections.abc import AsyncIterator, Iterator
-from typing import TYPE_CHECKING, Any
+from collections.abc import AsyncIterator, Iterator, Sequence
+from typing import TYPE_CHECKING, Any, Protocol
 
 import httpx
 
 from lookahead_sdk.base.protocol import RequestTags, WireFormat, check_wire
 from lookahead_sdk.base.tags import current_tags
-from lookahead_sdk.client.slack import ForegroundRequest, counts_as_foreground, is_generation_path
+from lookahead_sdk.client.slack import counts_as_foreground, is_generation_path
+from lookahead_sdk.client.timeline import request_kind
 
 if TYPE_CHECKING:
     from lookahead_sdk.client.session import ServerSession
@@ -68,39 +69,55 @@ def tag_request(
     )
 
 
-class _CountedSyncStream(httpx.SyncByteStream):
-    """The response body of a foreground request: its first chunk marks the first token (a
-    streamed reply starts after the prefill), closing it ends the request."""
+class ResponseObserver(Protocol):
+    """Told when a response's first bytes arrive and when it ends (`ForegroundRequest`,
+    `TimelineEntry`)."""
 
-    def __init__(self, inner: httpx.SyncByteStream, request: ForegroundRequest) -> None:
-        self.inner, self.request = inner, request
+    def first_token(self) -> None: ...
+
+    def end(self) -> None: ...
+
+
+def _end_all(observers: Sequence[ResponseObserver]) -> None:
+    for observer in observers:
+        observer.end()
+
+
+class _ObservedSyncStream(httpx.SyncByteStream):
+    """A response body whose first chunk marks the first token (a streamed reply starts after
+    the prefill) and whose closing ends the request, for each observer."""
+
+    def __init__(self, inner: httpx.SyncByteStream, observers: Sequence[ResponseObserver]) -> None:
+        self.inner, self.observers = inner, observers
 
     def __iter__(self) -> Iterator[bytes]:
         for chunk in self.inner:
-            self.request.first_token()
+            for observer in self.observers:
+                observer.first_token()
             yield chunk
 
     def close(self) -> None:
         try:
             self.inner.close()
         finally:
-            self.request.end()
+            _end_all(self.observers)
 
 
-class _CountedAsyncStream(httpx.AsyncByteStream):
-    def __init__(self, inner: httpx.AsyncByteStream, request: ForegroundRequest) -> None:
-        self.inner, self.request = inner, request
+class _ObservedAsyncStream(httpx.AsyncByteStream):
+    def __init__(self, inner: httpx.AsyncByteStream, observers: Sequence[ResponseObserver]) -> None:
+        self.inner, self.observers = inner, observers
 
     async def __aiter__(self) -> AsyncIterator[bytes]:
         async for chunk in self.inner:
-            self.request.first_token()
+            for observer in self.observers:
+                observer.first_token()
             yield chunk
 
     async def aclose(self) -> None:
         try:
             await self.inner.aclose()
         finally:
-            self.request.end()
+            _end_all(self.observers)
 
 
 class _Tagging:
@@ -113,20 +130,26 @@ class _Tagging:
         self.wire = check_wire(wire)
         self.session = session
 
-    def prepare(self, request: httpx.Request) -> tuple[httpx.Request, ForegroundRequest | None]:
-        """The tagged request, and its foreground count if it is latency-critical generation
-        on the session's server."""
+    def prepare(self, request: httpx.Request) -> tuple[httpx.Request, list[ResponseObserver]]:
+        """The tagged request, and what watches its response: its foreground count if it is
+        latency-critical generation on the session's server, its timeline entry if the session
+        keeps one."""
         tagged = tag_request(request, self.wire, self.session)
         session = self.session
-        if (
-            session is None
-            or request.method != "POST"
-            or not is_generation_path(request.url.path)
-            or not session.counts(str(request.url))
-            or not counts_as_foreground()
-        ):
-            return tagged, None
-        return tagged, session.foreground.begin()
+        if session is None or not session.counts(str(request.url)):
+            return tagged, []
+        generation = request.method == "POST" and is_generation_path(request.url.path)
+        foreground = counts_as_foreground()
+        observers: list[ResponseObserver] = []
+        if generation and foreground:
+            observers.append(session.foreground.begin())
+        if session.timeline is not None:
+            tags = current_tags()
+            kind = request_kind(request.url.path, foreground=foreground, generation=generation)
+            observers.append(
+                session.timeline.begin(kind, tags.program_id if tags else None, request.url.path)
+            )
+        return tagged, observers
 
 
 class TaggingTransport(_Tagging, httpx.BaseTransport):
@@ -141,15 +164,15 @@ class TaggingTransport(_Tagging, httpx.BaseTransport):
         self.inner = inner or httpx.HTTPTransport()
 
     def handle_request(self, request: httpx.Request) -> httpx.Response:
-        tagged, held = self.prepare(request)
-        if held is None:
+        tagged, observers = self.prepare(request)
+        if not observers:
             return self.inner.handle_request(tagged)
         try:
             response = self.inner.handle_request(tagged)
         except BaseException:
-            held.end()
+            _end_all(observers)
             raise
-        response.stream = _CountedSyncStream(response.stream, held)  # type: ignore[arg-type]
+        response.stream = _ObservedSyncStream(response.stream, observers)  # type: ignore[arg-type]
         return response
 
     def close(self) -> None:
@@ -168,15 +191,15 @@ class AsyncTaggingTransport(_Tagging, httpx.AsyncBaseTransport):
         self.inner = inner or httpx.AsyncHTTPTransport()
 
     async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
-        tagged, held = self.prepare(request)
-        if held is None:
+        tagged, observers = self.prepare(request)
+        if not observers:
             return await self.inner.handle_async_request(tagged)
         try:
             response = await self.inner.handle_async_request(tagged)
         except BaseException:
-            held.end()
+            _end_all(observers)
             raise
-        response.stream = _CountedAsyncStream(response.stream, held)  # type: ignore[arg-type]
+        response.stream = _ObservedAsyncStream(response.stream, observers)  # type: ignore[arg-type]
         return response
 
     async def aclose(self) -> None:

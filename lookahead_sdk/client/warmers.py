@@ -23,7 +23,7 @@ import httpx
 from lookahead_sdk.base.messages import Message, calls_tools
 from lookahead_sdk.base.protocol import WireFormat
 from lookahead_sdk.base.tags import current_tags
-from lookahead_sdk.client.session import ServerSession
+from lookahead_sdk.client.session import BEST_EFFORT_BATCH_FIELD, ServerSession
 from lookahead_sdk.client.slack import ChunkSizer, SlackGate
 from lookahead_sdk.client.transport import tagged_async_http_client
 from lookahead_sdk.core.warmer import RequestShape, Warmer, WarmupResult, WarmupSpend
@@ -237,6 +237,8 @@ class LlamaCppWarmer(_HttpWarmer):
             return False
         branch.forget_warm_up()
         branch.ids = ids
+        if self.session.slots is not None:  # a summary of the live context may now run there
+            self.session.slots.mirror_live(program_id, True)
         log.debug(
             "%s live context (%d tokens) copied to the branch in %.2f s",
             program_id,
@@ -304,10 +306,23 @@ class LlamaCppWarmer(_HttpWarmer):
         return (await self._post("/apply-template", body))["prompt"]
 
     async def _prefill(self, prompt: str | list[int]) -> tuple[int, int]:
-        body = {"prompt": prompt, "n_predict": 0, "cache_prompt": True, "temperature": 0}
+        body: dict[str, Any] = {
+            "prompt": prompt,
+            "n_predict": 0,
+            "cache_prompt": True,
+            "temperature": 0,
+        }
+        tags = current_tags()
+        best_effort = tags is not None and tags.priority_class == "be"
+        batch = self.session.best_effort_batch.tokens
+        if best_effort:
+            body[BEST_EFFORT_BATCH_FIELD] = batch
         timings = (await self._post("/completion", body)).get("timings") or {}
         prefilled = int(timings.get("prompt_n", 0))
-        self.chunks.observe(prefilled, float(timings.get("prompt_ms", 0.0)) / 1000)
+        seconds = float(timings.get("prompt_ms", 0.0)) / 1000
+        self.chunks.observe(prefilled, seconds)
+        if best_effort:
+            self.session.best_effort_batch.observe(prefilled, seconds, batch)
         return prefilled, int(timings.get("cache_n", 0))
 
     async def warm(
@@ -379,6 +394,8 @@ class LlamaCppWarmer(_HttpWarmer):
             if branch.finishing:
                 break
             sent_at = time.perf_counter()
+            if self.session.slots is not None:
+                self.session.slots.mirror_live(program_id, False)
             # Without a gate nothing makes room for foreground work: one request does it all.
             chunk = self.chunks.next_tokens() if self.gate is not None else len(ids)
             start, end = end, min(len(ids), end + chunk)

@@ -579,6 +579,10 @@ class LookaheadRuntime:
         lookahead = self.lookahead
         tags = self.tags.lookahead(group_id, commit_deadline_ms=self._commit_deadline_ms())
         with use_tags(tags), doing(lookahead.work):
+            if self.policy.needs_summarizer and self._hooks.copies_live_context:
+                # Its LLM request starts with the live context (a summary's does): a copy of
+                # it in the branch lets the request run there, leaving the agent's slot alone.
+                await self._fork_live(through_last_reply(snapshot.messages))
             try:
                 result = await asyncio.wait_for(
                     self.policy.transform(list(snapshot.messages), ctx),
@@ -648,13 +652,15 @@ class LookaheadRuntime:
         if lookahead.group_id == group_id and outcome.complete:
             lookahead.warmed(end)
 
-    async def _fork_live(self) -> None:
-        """The engine holds exactly the live history now (the model's turn just ended): the
-        warmer copies it into the branch the next lookahead will be warmed in (see
-        `ContextPolicy.keeps_live_prefix`)."""
+    async def _fork_live(self, messages: Sequence[Message] | None = None) -> None:
+        """The engine holds exactly the live history (default: all of it, the model's turn just
+        ended) for this program: the warmer copies it into the branch the next lookahead will
+        be warmed in (see `ContextPolicy.keeps_live_prefix`)."""
         try:
             copied = await self._hooks.fork_live(
-                self.program_id, list(self.main.messages), shape=self.shape
+                self.program_id,
+                list(self.main.messages if messages is None else messages),
+                shape=self.shape,
             )
         except Exception as error:  # an optimization: the warm-up then prefills that prefix
             log.warning("copying the live context of %s failed: %r", self.program_id, error)
@@ -944,3 +950,12 @@ def _non_negative_int(value: object) -> int:
     if isinstance(value, bool) or not isinstance(value, int) or value < 0:
         raise ValueError(f"expected an int >= 0, got {value!r}")
     return value
+
+
+def through_last_reply(messages: Sequence[Message]) -> Sequence[Message]:
+    """What the program's live slot holds: its last request's prompt and reply (the messages up
+    to the last assistant message)."""
+    for index in range(len(messages) - 1, -1, -1):
+        if messages[index].get("role") == "assistant":
+            return messages[: index + 1]
+    return messages

@@ -16,7 +16,10 @@ agent's long prompt waits for both. The edits make llama-server honour the reque
 
 With a small batch (``EngineConfig.batch_tokens``) a short prompt then waits for the batch
 already running when it arrives and computes its own tokens, whatever else the engine is
-prefilling. Requests without the tag are latency-critical, so untagged clients see llama.cpp's
+prefilling. A best-effort request can ask for smaller batches still
+(``"best_effort_batch_tokens": N``): its prompt goes into batches of at most N tokens, so a
+latency-critical prompt arriving meanwhile waits for one of those (the client sizes N by time,
+``client.slack.BatchSizer``). Requests without the tag are latency-critical, so untagged clients see llama.cpp's
 usual behaviour, except that shorter prompts go first.
 
 One edit fixes a llama.cpp bug that the SDK's slot pinning (``id_slot``) runs into: a request for
@@ -54,6 +57,7 @@ _TASK_FIELD = SourceEdit(
     new=(
         "    int id_slot   = -1;\n"
         '    bool best_effort = false; // lookahead-sdk: the request\'s "priority_class" is "be"\n'
+        "    int best_effort_batch = 0; // lookahead-sdk: most tokens in a batch with its prompt\n"
     ),
 )
 
@@ -64,6 +68,7 @@ _CHILD_TASK_FIELD = SourceEdit(
     new=(
         "        copy.id_slot   = -1; // child tasks cannot specify slot\n"
         "        copy.best_effort = best_effort;\n"
+        "        copy.best_effort_batch = best_effort_batch;\n"
     ),
 )
 
@@ -74,6 +79,7 @@ _PARSE_PRIORITY_CLASS = SourceEdit(
     new=(
         '            task.id_slot = json_value(data, "id_slot", -1);\n'
         '            task.best_effort = json_value(data, "priority_class", std::string("lc")) == "be";\n'
+        '            task.best_effort_batch = json_value(data, "best_effort_batch_tokens", 0);\n'
     ),
 )
 
@@ -150,6 +156,21 @@ _CLOSE_BATCH = SourceEdit(
     ),
 )
 
+_BEST_EFFORT_BATCH = SourceEdit(
+    name="small batches for best-effort prompts",
+    path="tools/server/server-context.cpp",
+    old=(
+        "                    while (slot.prompt.n_tokens() < slot.task->n_tokens() && batch.size() < n_batch) {\n"
+    ),
+    new=(
+        "                    // lookahead-sdk: a best-effort prompt asking for it goes in smaller\n"
+        "                    // batches: a latency-critical prompt arriving meanwhile waits for one.\n"
+        "                    const int32_t n_batch_slot = slot.task->best_effort && slot.task->best_effort_batch > 0\n"
+        "                        ? std::min(n_batch, (int32_t) slot.task->best_effort_batch) : n_batch;\n"
+        "                    while (slot.prompt.n_tokens() < slot.task->n_tokens() && batch.size() < n_batch_slot) {\n"
+    ),
+)
+
 _BUSY_SLOT_KEEPS_ITS_PROMPT = SourceEdit(
     name="a busy slot requested by id keeps its prompt",
     path="tools/server/server-context.cpp",
@@ -175,6 +196,7 @@ EDITS: tuple[SourceEdit, ...] = (
     _PARSE_PRIORITY_CLASS,
     _PROMPT_ORDER,
     _CLOSE_BATCH,
+    _BEST_EFFORT_BATCH,
     _BUSY_SLOT_KEEPS_ITS_PROMPT,
 )
 

@@ -24,8 +24,9 @@ class Summarize(LimitTriggered):
     32K window, 128-token summary at temperature 0.
 
     The summary request is the live context itself followed by the instruction, so the server
-    reuses the cached prefix instead of prefilling the history again (and, on llama.cpp, runs
-    where that context is cached, see `llamacpp_slots`).
+    reuses the cached prefix instead of prefilling the history again. On llama.cpp it runs in
+    the program's branch slot, which the runtime first fills with a copy of the live slot, so
+    the agent's own slot keeps its cache (see `llamacpp_slots`).
     """
 
     lookahead_at: Budget | None = SOFT_LIMIT
@@ -71,8 +72,8 @@ class Summarize(LimitTriggered):
         if not history:
             return TransformResult(list(messages), {"summarized_messages": 0})
         # The request is the whole live context (recent turns included) plus the instruction:
-        # it extends what the server has cached for the agent's next turn, so only the
-        # instruction is prefilled and that cache stays intact for the agent.
+        # it extends what the server has cached (or a copy of it), so only the instruction and
+        # the newest outputs are prefilled.
         request_end = max(recent_start, answered_prefix_end(messages, head))
         request = [*messages[:request_end], {"role": "user", "content": self.instruction}]
         summary = await ctx.complete(request, max_tokens=self.summary_tokens, temperature=0.0)

@@ -11,7 +11,7 @@ from lookahead_sdk import RequestTags, ServerSession, use_tags
 from lookahead_sdk.base.tags import BackgroundWork, doing
 from lookahead_sdk.client.llamacpp_slots import SlotPairs
 from lookahead_sdk.client.session import ServerFacts
-from lookahead_sdk.client.slack import ForegroundRegistry, SlackGate
+from lookahead_sdk.client.slack import BatchSizer, ForegroundRegistry, SlackGate
 
 from ..support.recording_proxy import RecordingProxy
 
@@ -242,3 +242,67 @@ def test_shared_prefix_share_is_the_cached_part_in_tokens(approx_counter) -> Non
     rewritten = [live[0], {"role": "assistant", "content": "c " * 100}]
     assert 0.6 < state.shared_prefix_share(rewritten) < 0.9
     assert state.shared_prefix_share([{"role": "user", "content": "x"}]) == 0.0
+
+
+def test_best_effort_batches_shrink_until_one_takes_the_target_time() -> None:
+    sizer = BatchSizer(target_s=0.05, initial_tokens=16, min_tokens=4)
+    for _ in range(20):  # an engine whose batch costs 20 ms plus 5 ms a token
+        batch = sizer.tokens
+        batches = -(-200 // batch)
+        sizer.observe(200, batches * (0.020 + 0.005 * batch), batch)
+    assert sizer.tokens == 6  # 20 + 6 x 5 = 50 ms
+    for _ in range(20):  # a context so long that even the smallest batch is slower
+        sizer.observe(200, 50 * 0.2, sizer.tokens)
+    assert sizer.tokens == sizer.min_tokens
+
+
+def test_best_effort_batches_grow_back_on_a_fast_engine() -> None:
+    sizer = BatchSizer(target_s=0.05, initial_tokens=4, min_tokens=4, max_tokens=128)
+    for _ in range(30):
+        batch = sizer.tokens
+        sizer.observe(512, -(-512 // batch) * 0.0002 * batch, batch)  # 0.2 ms a token
+    assert sizer.tokens == 128
+
+
+def test_batch_sizer_rejects_impossible_settings() -> None:
+    with pytest.raises(ValueError, match="target_s"):
+        BatchSizer(target_s=0)
+    with pytest.raises(ValueError, match="min_tokens <= initial_tokens"):
+        BatchSizer(min_tokens=32, initial_tokens=16)
+
+
+async def test_best_effort_requests_to_llamacpp_carry_their_batch_size(
+    stub_server: RecordingProxy,
+) -> None:
+    session = ServerSession(stub_server.url, wire="llamacpp")
+    client = AsyncOpenAI(
+        base_url=f"{stub_server.url}/v1", api_key="x", http_client=session.async_http_client()
+    )
+    background = RequestTags("p", priority_class="be", is_lookahead=True, lookahead_group_id="g")
+    for tags in (RequestTags("p"), background):
+        with use_tags(tags):
+            await client.chat.completions.create(
+                model="m", messages=[{"role": "user", "content": "hi"}]
+            )
+    foreground_body, background_body = stub_server.bodies("chat/completions")
+    assert "best_effort_batch_tokens" not in foreground_body
+    assert background_body["best_effort_batch_tokens"] == session.best_effort_batch.tokens
+    openai_session = ServerSession(stub_server.url, wire="openai")
+    assert "best_effort_batch_tokens" not in openai_session.placement_fields(background)
+
+
+def test_a_summary_of_the_live_context_runs_in_the_branch_once_it_holds_a_copy() -> None:
+    pairs = SlotPairs(4)
+    pair = pairs.enroll("p")
+    assert pair is not None
+    lookahead = RequestTags("p", priority_class="be", is_lookahead=True, lookahead_group_id="g")
+    summary = lookahead.extending_live_context()
+    assert pairs.slot_for(summary) == pair.current  # only the live slot holds that context
+    pairs.mirror_live("p", True)  # the warmer copied it into the branch
+    assert pairs.slot_for(summary) == pair.branch
+    assert pairs.slot_for(RequestTags("p")) == pair.current  # the agent stays in its slot
+    pairs.mirror_live("p", False)  # a warm-up of another context went there
+    assert pairs.slot_for(summary) == pair.current
+    pairs.mirror_live("p", True)
+    pairs.swap("p")  # a commit: the branch is the live slot now, the new branch holds nothing
+    assert pairs.slot_for(summary) == pairs.pair("p").current  # type: ignore[union-attr]

@@ -15,9 +15,9 @@ from lookahead_sdk import CommitKind, LookaheadRuntime, OffloadStore
 from lookahead_sdk.base.messages import Message, calls_tools
 from lookahead_sdk.core.state import LookaheadState, LookaheadStatus, MainState
 from lookahead_sdk.core.warmer import RequestShape
-from lookahead_sdk.strategies import KeepRecent, Offload
+from lookahead_sdk.strategies import KeepRecent, Offload, Summarize
 
-from .policies import RecordingWarmer, misbehave
+from .policies import FakeSummarizer, RecordingWarmer, misbehave
 from .test_commit_ahead import COUNTER, HARD, START, model_turn, tool_output
 
 SOFT = 2400
@@ -197,3 +197,65 @@ def test_a_commit_does_not_wait_for_a_copy_in_flight(tmp_path: Path) -> None:
 
     # No lookahead could start behind the hanging copy: the commit falls back at once.
     assert asyncio.run(run()) is CommitKind.FALLBACK
+
+
+def test_a_summary_lookahead_copies_the_live_context_before_its_llm_call() -> None:
+    """Summarize's request starts with the live context: the branch gets a copy of what the
+    live slot holds (through the last reply) before the summary goes out, so the request can
+    run there and leave the agent's slot alone."""
+    warmer = CopyingWarmer()
+    summarizer = FakeSummarizer()
+    order: list[str] = []
+    original_complete = summarizer.complete
+
+    async def complete(messages, **kwargs):  # type: ignore[no-untyped-def]
+        order.append("summary")
+        return await original_complete(messages, **kwargs)
+
+    summarizer.complete = complete  # type: ignore[method-assign]
+    original_fork = warmer.fork_live
+
+    async def fork_live(program_id, messages, *, shape):  # type: ignore[no-untyped-def]
+        order.append("copy")
+        return await original_fork(program_id, messages, shape=shape)
+
+    warmer.fork_live = fork_live  # type: ignore[method-assign]
+
+    async def run() -> LookaheadRuntime:
+        async with LookaheadRuntime(
+            Summarize(hard_limit=HARD, lookahead_at=2400, recent_budget=800),
+            messages=START,
+            window_tokens=8192,
+            token_counter=COUNTER,
+            warmer=warmer,
+            summarizer=summarizer,
+        ) as runtime:
+            await drive(runtime, [150] * 30)
+        return runtime
+
+    runtime = asyncio.run(run())
+    assert summarizer.requests, "no summary ran"
+    for index, event in enumerate(order):
+        if event == "summary":
+            assert index > 0 and order[index - 1] == "copy"
+    assert all(copy[-1]["role"] == "assistant" for copy in warmer.copies)
+    assert runtime.stats.live_copies == len(warmer.copies)
+
+
+def test_without_live_copies_a_summary_lookahead_copies_nothing() -> None:
+    warmer = RecordingWarmer()  # copies_live_context is False
+
+    async def run() -> None:
+        async with LookaheadRuntime(
+            Summarize(hard_limit=HARD, lookahead_at=2400, recent_budget=800),
+            messages=START,
+            window_tokens=8192,
+            token_counter=COUNTER,
+            warmer=warmer,
+            summarizer=FakeSummarizer(),
+        ) as runtime:
+            await drive(runtime, [150] * 30)
+            assert runtime.stats.live_copies == 0
+            assert runtime.stats.hits >= 1
+
+    asyncio.run(run())

@@ -1,0 +1,90 @@
+"""Where the turns' TTFT went (`RunResult.turn_wait_s`, `background`, `gate_wait_s`): tables."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from rich.table import Table
+
+from lookahead_sdk.bench.common import compact_table
+
+TURN_KINDS: tuple[tuple[str, str, str], ...] = (
+    ("normal", "N", "normal_ttft_s"),
+    ("transform", "T", "transform_ttft_s"),
+)
+CAUSE_COLUMNS: tuple[tuple[str, str], ...] = (
+    ("before_request", "before"),
+    ("alone", "alone"),
+    ("warm_up", "warm-up"),
+    ("background_llm", "bg LLM"),
+    ("slot_copy", "slot cp"),
+    ("other_foreground", "other"),
+)
+BACKGROUND_COLUMNS: tuple[tuple[str, str], ...] = (
+    ("warm_up", "warm-up"),
+    ("background_llm", "bg LLM"),
+    ("slot_copy", "slot cp"),
+)
+
+WAITS_LEGEND = (
+    "Where the TTFT went, mean ms per turn (N: normal turns, T: transform turns): before: "
+    "before the request went out (the commit's wait and a synchronous transform); then the "
+    "request's wait for its first token, each instant put down to the first of: a warm-up "
+    "chunk, a background LLM call (a lookahead summary), a llama.cpp slot copy, another "
+    "program's request, or nothing beside it (alone: its own prefill). Background: requests, "
+    "seconds run, and seconds of those while some foreground request waited for its first "
+    "token; yields: background LLM replies stopped when a foreground request arrived and "
+    "continued later; gate: seconds best-effort work waited for slack."
+)
+
+
+def has_waits(document: dict[str, Any]) -> bool:
+    return all(
+        "turn_wait_s" in run for runs in document["strategies"].values() for run in runs.values()
+    )
+
+
+def waits_tables(document: dict[str, Any]) -> list[Table]:
+    """Per strategy, mode and turn kind: the mean TTFT split by cause; per strategy, the
+    lookahead run's background requests. Empty for runs recorded before the timeline."""
+    if not has_waits(document):
+        return []
+    waits = compact_table(
+        "Where the TTFT went (mean ms per turn)",
+        ("run", "TTFT", *(label for _, label in CAUSE_COLUMNS)),
+    )
+    background = compact_table(
+        "Background requests (lookahead runs): n / s run / s during a foreground wait",
+        ("strategy", *(label for _, label in BACKGROUND_COLUMNS), "yields", "gate s"),
+    )
+    for strategy, runs in document["strategies"].items():
+        for kind, letter, ttft_key in TURN_KINDS:
+            for mode in ("sync", "lookahead"):
+                run = runs[mode]
+                turns = len(run[ttft_key])
+                sums = run["turn_wait_s"].get(kind)
+                if not turns or sums is None:
+                    continue
+                waits.add_row(
+                    f"{strategy} {'look' if mode == 'lookahead' else mode} {letter}",
+                    _ms(sum(run[ttft_key]) / turns),
+                    *(_ms(sums[cause] / turns) for cause, _ in CAUSE_COLUMNS),
+                )
+        look = runs["lookahead"]
+        background.add_row(
+            strategy,
+            *(_load(look["background"].get(kind)) for kind, _ in BACKGROUND_COLUMNS),
+            str(look.get("background_yields", "-")),
+            f"{look['gate_wait_s']:.1f}",
+        )
+    return [waits, background]
+
+
+def _ms(seconds: float) -> str:
+    return f"{seconds * 1000:.0f}"
+
+
+def _load(load: dict[str, float] | None) -> str:
+    if not load or not load["requests"]:
+        return "-"
+    return f"{load['requests']:.0f}/{load['seconds']:.1f}/{load['during_foreground_wait_s']:.1f}"

@@ -1,0 +1,185 @@
+"""A record of every request a `ServerSession`'s clients send, to find where a turn's time went.
+
+With `session.timeline = RequestTimeline()`, the session's tagging transports record each
+request: what it is (`RequestKind`), its program, when it was sent, when its first byte came
+back (a streamed reply's first token) and when it ended. `wait_behind` then splits a foreground
+request's wait for its first token by what else the server was running meanwhile, and
+`background_overlap` says how much of each background request ran while a foreground request
+waited. Times are `time.perf_counter()` seconds, the clock the agent loop stamps its turns with.
+"""
+
+from __future__ import annotations
+
+import itertools
+import threading
+import time
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from typing import Literal
+
+RequestKind = Literal["foreground", "warm_up", "background_llm", "slot_copy", "other"]
+
+# What a foreground request's wait is put down to when several things ran during it: the first
+# of these in flight at that instant. Background work comes first because it is what lookahead
+# adds; "alone" is the request's own prefill (and the HTTP round trip) with nothing beside it.
+WAIT_CAUSES: tuple[str, ...] = (
+    "warm_up",
+    "background_llm",
+    "slot_copy",
+    "other_foreground",
+    "alone",
+)
+BACKGROUND_KINDS: tuple[RequestKind, ...] = ("warm_up", "background_llm", "slot_copy")
+
+WARM_UP_PATHS = ("/completion", "/generate")  # llama.cpp n_predict=0, SGLang max_new_tokens=0
+SLOT_PATH_PART = "/slots"
+
+
+def request_kind(path: str, *, foreground: bool, generation: bool) -> RequestKind:
+    """What a request to `path` is: foreground generation, a best-effort warm-up (prefill-only
+    endpoints), a best-effort LLM call (a lookahead summary through the chat endpoint), a
+    llama.cpp slot save/restore, or anything else (tokenize, templates, probes)."""
+    trimmed = path.rstrip("/")
+    if SLOT_PATH_PART in trimmed:
+        return "slot_copy"
+    if not generation:
+        return "other"
+    if foreground:
+        return "foreground"
+    return "warm_up" if trimmed.endswith(WARM_UP_PATHS) else "background_llm"
+
+
+@dataclass
+class TimelineEntry:
+    kind: RequestKind
+    program_id: str | None
+    path: str
+    sent_at: float
+    first_byte_at: float | None = None
+    ended_at: float | None = None
+
+    def first_token(self) -> None:
+        if self.first_byte_at is None:
+            self.first_byte_at = time.perf_counter()
+
+    def end(self) -> None:
+        if self.ended_at is None:
+            self.ended_at = time.perf_counter()
+            if self.first_byte_at is None:
+                self.first_byte_at = self.ended_at
+
+    def running(self, now: float) -> tuple[float, float]:
+        """Its interval on the server's clock (an unfinished request runs until `now`)."""
+        return self.sent_at, self.ended_at if self.ended_at is not None else now
+
+    def prefilling(self, now: float) -> tuple[float, float]:
+        """From sent to its first byte: the wait a foreground request feels."""
+        end = self.first_byte_at if self.first_byte_at is not None else self.running(now)[1]
+        return self.sent_at, end
+
+
+class RequestTimeline:
+    """Thread-safe list of the requests one session sent (transports on several threads or
+    event loops append to it)."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._entries: list[TimelineEntry] = []
+
+    def begin(self, kind: RequestKind, program_id: str | None, path: str) -> TimelineEntry:
+        entry = TimelineEntry(kind, program_id, path, time.perf_counter())
+        with self._lock:
+            self._entries.append(entry)
+        return entry
+
+    @property
+    def entries(self) -> list[TimelineEntry]:
+        with self._lock:
+            return list(self._entries)
+
+
+def _overlap(a: tuple[float, float], b: tuple[float, float]) -> float:
+    return max(0.0, min(a[1], b[1]) - max(a[0], b[0]))
+
+
+def wait_behind(
+    window: tuple[float, float],
+    program_id: str | None,
+    entries: Sequence[TimelineEntry],
+    *,
+    now: float | None = None,
+) -> dict[str, float]:
+    """Split `window` (a foreground request's send to first token, of `program_id`) by what the
+    server ran meanwhile: seconds per `WAIT_CAUSES`, summing to the window's length. Another
+    program's foreground request counts while it waits for its first token or decodes; the
+    program's own requests are not counted against it."""
+    now = time.perf_counter() if now is None else now
+    start, end = window
+    cause_of: dict[str, list[tuple[float, float]]] = {cause: [] for cause in WAIT_CAUSES}
+    for entry in entries:
+        interval = entry.running(now)
+        if _overlap(interval, window) <= 0:
+            continue
+        if entry.kind in BACKGROUND_KINDS:
+            cause_of[entry.kind].append(interval)
+        elif entry.kind == "foreground" and entry.program_id != program_id:
+            cause_of["other_foreground"].append(interval)
+    # Sweep the window's elementary pieces; each goes to the first cause in flight over it.
+    edges = sorted(
+        {start, end}
+        | {
+            t
+            for intervals in cause_of.values()
+            for pair in intervals
+            for t in pair
+            if start < t < end
+        }
+    )
+    seconds = dict.fromkeys(WAIT_CAUSES, 0.0)
+    for left, right in itertools.pairwise(edges):
+        middle = (left + right) / 2
+        cause = next(
+            (c for c in WAIT_CAUSES[:-1] if any(a <= middle < b for a, b in cause_of[c])),
+            "alone",
+        )
+        seconds[cause] += right - left
+    return seconds
+
+
+@dataclass
+class BackgroundLoad:
+    """One kind of background request over a run."""
+
+    requests: int = 0
+    seconds: float = 0.0  # summed send-to-end times
+    # Of those, the seconds some foreground request was waiting for its first token.
+    during_foreground_wait_s: float = 0.0
+
+
+def background_overlap(
+    entries: Iterable[TimelineEntry], *, now: float | None = None
+) -> dict[str, BackgroundLoad]:
+    """Per background kind: how many requests, how long they ran, and how much of that time a
+    foreground request was waiting (the time they could have delayed one)."""
+    now = time.perf_counter() if now is None else now
+    listed = list(entries)
+    waits = _union([entry.prefilling(now) for entry in listed if entry.kind == "foreground"])
+    loads = {kind: BackgroundLoad() for kind in BACKGROUND_KINDS}
+    for entry in listed:
+        if entry.kind not in loads:
+            continue
+        load, interval = loads[entry.kind], entry.running(now)
+        load.requests += 1
+        load.seconds += interval[1] - interval[0]
+        load.during_foreground_wait_s += sum(_overlap(interval, wait) for wait in waits)
+    return loads
+
+
+def _union(intervals: Iterable[tuple[float, float]]) -> list[tuple[float, float]]:
+    merged: list[tuple[float, float]] = []
+    for start, end in sorted(intervals):
+        if merged and start <= merged[-1][1]:
+            merged[-1] = (merged[-1][0], max(merged[-1][1], end))
+        else:
+            merged.append((start, end))
+    return merged

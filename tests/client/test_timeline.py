@@ -1,0 +1,127 @@
+"""The request timeline: what a session's transports record, and how a wait is split by cause."""
+
+from __future__ import annotations
+
+import httpx
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+from openai import AsyncOpenAI
+
+from lookahead_sdk import RequestTags, ServerSession, use_tags
+from lookahead_sdk.client.timeline import (
+    WAIT_CAUSES,
+    RequestTimeline,
+    TimelineEntry,
+    background_overlap,
+    request_kind,
+    wait_behind,
+)
+
+from ..support.recording_proxy import RecordingProxy
+
+
+def entry(kind, program, sent, first, ended) -> TimelineEntry:
+    return TimelineEntry(kind, program, "/x", sent, first, ended)
+
+
+def test_each_kind_of_request_is_told_apart_by_path_and_priority() -> None:
+    assert request_kind("/v1/chat/completions", foreground=True, generation=True) == "foreground"
+    assert request_kind("/completion", foreground=False, generation=True) == "warm_up"
+    assert request_kind("/generate", foreground=False, generation=True) == "warm_up"
+    assert request_kind("/v1/chat/completions", foreground=False, generation=True) == (
+        "background_llm"
+    )
+    assert request_kind("/slots/3", foreground=False, generation=False) == "slot_copy"
+    assert request_kind("/apply-template", foreground=False, generation=False) == "other"
+
+
+def test_a_wait_goes_to_the_background_work_beside_it_first_then_other_programs() -> None:
+    entries = [
+        entry("foreground", "me", 0.0, 1.0, 2.0),  # the request itself
+        entry("warm_up", "other", -1.0, 0.2, 0.2),  # 0.0-0.2
+        entry("background_llm", "me", 0.1, 0.5, 0.5),  # 0.2-0.5 (0.1-0.2 is the warm-up's)
+        entry("foreground", "you", 0.4, 0.45, 0.7),  # 0.5-0.7 (decoding still counts)
+        entry("slot_copy", "me", 0.9, 0.95, 0.95),  # 0.9-0.95
+        entry("warm_up", "late", 1.5, 1.6, 1.6),  # after the first token: not counted
+    ]
+    split = wait_behind((0.0, 1.0), "me", entries, now=3.0)
+    assert split == pytest.approx(
+        {
+            "warm_up": 0.2,
+            "background_llm": 0.3,
+            "slot_copy": 0.05,
+            "other_foreground": 0.2,
+            "alone": 0.25,
+        }
+    )
+
+
+def test_an_unfinished_request_counts_until_now() -> None:
+    entries = [entry("warm_up", "p", 0.0, None, None)]
+    assert wait_behind((0.5, 2.0), "q", entries, now=1.0)["warm_up"] == pytest.approx(0.5)
+
+
+intervals = st.tuples(
+    st.sampled_from(["warm_up", "background_llm", "slot_copy", "foreground", "other"]),
+    st.sampled_from(["me", "you"]),
+    st.floats(0, 10),
+    st.floats(0, 5),
+)
+
+
+@given(st.lists(intervals, max_size=12), st.floats(0, 10), st.floats(0.001, 5))
+def test_the_causes_always_add_up_to_the_wait(raw, start, length) -> None:
+    entries = [entry(kind, p, s, s + d / 2, s + d) for kind, p, s, d in raw]
+    split = wait_behind((start, start + length), "me", entries, now=100.0)
+    assert set(split) == set(WAIT_CAUSES)
+    assert sum(split.values()) == pytest.approx(length)
+    assert all(seconds >= 0 for seconds in split.values())
+
+
+def test_background_time_during_a_foreground_wait_is_measured() -> None:
+    entries = [
+        entry("foreground", "a", 0.0, 1.0, 3.0),
+        entry("foreground", "b", 0.5, 1.5, 3.0),  # waits are 0.0-1.5 together
+        entry("warm_up", "c", 1.0, 2.0, 2.0),  # 0.5 of its 1.0 during a wait
+        entry("warm_up", "c", 2.0, 2.5, 2.5),  # none
+        entry("slot_copy", "c", 0.0, 0.1, 0.1),
+    ]
+    loads = background_overlap(entries, now=5.0)
+    assert loads["warm_up"].requests == 2
+    assert loads["warm_up"].seconds == pytest.approx(1.5)
+    assert loads["warm_up"].during_foreground_wait_s == pytest.approx(0.5)
+    assert loads["slot_copy"].during_foreground_wait_s == pytest.approx(0.1)
+    assert loads["background_llm"].requests == 0
+
+
+async def test_the_sessions_transports_record_every_request_with_its_kind_and_times() -> None:
+    with RecordingProxy() as server:
+        session = ServerSession(server.url)
+        session.timeline = RequestTimeline()
+        http = session.async_http_client()
+        client = AsyncOpenAI(base_url=f"{server.url}/v1", api_key="x", http_client=http)
+        with use_tags(RequestTags("p")):
+            stream = await client.chat.completions.create(
+                model="m", messages=[{"role": "user", "content": "hi"}], stream=True
+            )
+            [foreground] = session.timeline.entries
+            assert foreground.kind == "foreground" and foreground.first_byte_at is None
+            async for _ in stream:
+                pass
+        with use_tags(
+            RequestTags("p", priority_class="be", is_lookahead=True, lookahead_group_id="g")
+        ):
+            await http.post(f"{server.url}/completion", json={"prompt": "x", "n_predict": 0})
+            await http.post(f"{server.url}/slots/1?action=save", json={"filename": "f"})
+        outside = httpx.AsyncClient()
+        await outside.get(f"{server.url}/health")  # another client: not this session's
+        await outside.aclose()
+        await http.aclose()
+
+        kinds = [(e.kind, e.program_id) for e in session.timeline.entries]
+        assert kinds == [("foreground", "p"), ("warm_up", "p"), ("slot_copy", "p")]
+        for recorded in session.timeline.entries:
+            assert recorded.ended_at is not None and recorded.first_byte_at is not None
+            assert recorded.sent_at <= recorded.first_byte_at <= recorded.ended_at
+        assert session.foreground.inflight == 0  # the foreground count still ends
