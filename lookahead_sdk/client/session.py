@@ -145,7 +145,10 @@ class ServerSession:
         self.foreground = ForegroundRegistry()
         # Set to a RequestTimeline to record every request the session's clients send.
         self.timeline: RequestTimeline | None = None
-        self.best_effort_batch = BatchSizer()
+        # Opt-in: capping best-effort batches bounds a foreground prompt's wait behind them, but
+        # on a CPU it slows background prefill so much that with four agents warm-ups fell
+        # behind (docs/benchmarks.md, "Best-effort batch cap"). None: the engine's batches.
+        self.best_effort_batch: BatchSizer | None = None
         self.slots: SlotPairs | None = (
             SlotPairs(self.facts.total_slots)
             if self.wire == "llamacpp" and self.facts.total_slots
@@ -193,13 +196,15 @@ class ServerSession:
     # -- what the clients share ---------------------------------------------------------------
     def placement_fields(self, tags: RequestTags) -> dict[str, Any]:
         """Body fields that place a request of `tags` on the server. llama.cpp: its slot, and
-        for best-effort work the batch size that bounds a foreground prompt's wait for it
-        (`BatchSizer`; the embedded engine honours it, stock llama.cpp ignores it)."""
+        for best-effort work, when `best_effort_batch` is set, the batch size that bounds a
+        foreground prompt's wait for it (the embedded engine honours it, stock llama.cpp
+        ignores it)."""
         fields: dict[str, Any] = {}
         if self.slots is not None and (slot := self.slots.slot_for(tags)) is not None:
             fields["id_slot"] = slot
-        if self.wire == "llamacpp" and tags.priority_class == "be":
-            fields[BEST_EFFORT_BATCH_FIELD] = self.best_effort_batch.tokens
+        sizer = self.best_effort_batch
+        if sizer is not None and self.wire == "llamacpp" and tags.priority_class == "be":
+            fields[BEST_EFFORT_BATCH_FIELD] = sizer.tokens
         return fields
 
     def counts(self, url: str) -> bool:

@@ -313,16 +313,17 @@ class LlamaCppWarmer(_HttpWarmer):
             "temperature": 0,
         }
         tags = current_tags()
-        best_effort = tags is not None and tags.priority_class == "be"
-        batch = self.session.best_effort_batch.tokens
-        if best_effort:
+        sizer = self.session.best_effort_batch
+        capped = sizer is not None and tags is not None and tags.priority_class == "be"
+        batch = sizer.tokens if sizer is not None else 0
+        if capped:
             body[BEST_EFFORT_BATCH_FIELD] = batch
         timings = (await self._post("/completion", body)).get("timings") or {}
         prefilled = int(timings.get("prompt_n", 0))
         seconds = float(timings.get("prompt_ms", 0.0)) / 1000
         self.chunks.observe(prefilled, seconds)
-        if best_effort:
-            self.session.best_effort_batch.observe(prefilled, seconds, batch)
+        if capped and sizer is not None:
+            sizer.observe(prefilled, seconds, batch)
         return prefilled, int(timings.get("cache_n", 0))
 
     async def warm(

@@ -275,10 +275,12 @@ async def test_best_effort_requests_to_llamacpp_carry_their_batch_size(
     stub_server: RecordingProxy,
 ) -> None:
     session = ServerSession(stub_server.url, wire="llamacpp")
+    background = RequestTags("p", priority_class="be", is_lookahead=True, lookahead_group_id="g")
+    assert "best_effort_batch_tokens" not in session.placement_fields(background)  # opt-in
+    session.best_effort_batch = BatchSizer()
     client = AsyncOpenAI(
         base_url=f"{stub_server.url}/v1", api_key="x", http_client=session.async_http_client()
     )
-    background = RequestTags("p", priority_class="be", is_lookahead=True, lookahead_group_id="g")
     for tags in (RequestTags("p"), background):
         with use_tags(tags):
             await client.chat.completions.create(
@@ -288,6 +290,7 @@ async def test_best_effort_requests_to_llamacpp_carry_their_batch_size(
     assert "best_effort_batch_tokens" not in foreground_body
     assert background_body["best_effort_batch_tokens"] == session.best_effort_batch.tokens
     openai_session = ServerSession(stub_server.url, wire="openai")
+    openai_session.best_effort_batch = BatchSizer()
     assert "best_effort_batch_tokens" not in openai_session.placement_fields(background)
 
 
