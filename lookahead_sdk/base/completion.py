@@ -141,7 +141,7 @@ class OpenAICompletionClient:
                 temperature=temperature,
                 tools=tools,
                 on_delta=on_delta,
-                can_yield=on_delta is None and self.must_yield is not None,
+                must_yield=self.must_yield if on_delta is None else None,
                 **request_fields,
             )
             first_token_at = first_token_at or piece.first_token_at
@@ -182,13 +182,12 @@ class OpenAICompletionClient:
         temperature: float,
         tools: Sequence[dict[str, Any]] | None,
         on_delta: DeltaCallback | None,
-        can_yield: bool,
+        must_yield: Callable[[], bool] | None,
         **request_fields: Any,
     ) -> _StreamedPiece:
         piece = _StreamedPiece()
-        if (
-            can_yield
-        ):  # llama.cpp: usage in every chunk, so a stopped piece still counts its prefill
+        if must_yield is not None:
+            # llama.cpp: usage in every chunk, so a stopped piece still counts its prefill.
             extra_body = {
                 **(request_fields.pop("extra_body", None) or {}),
                 "timings_per_token": True,
@@ -234,7 +233,7 @@ class OpenAICompletionClient:
                     maybe = on_delta(partial, tool_name)
                     if inspect.isawaitable(maybe):
                         await maybe
-            if can_yield and piece.text and not piece.calls and self.must_yield():  # type: ignore[misc]
+            if must_yield is not None and piece.text and not piece.calls and must_yield():
                 piece.interrupted = True
                 await stream.close()  # the server cancels the request at its next token
                 break

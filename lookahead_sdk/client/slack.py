@@ -17,7 +17,7 @@ from collections.abc import Callable
 from typing import Literal
 from urllib.parse import urlsplit
 
-from lookahead_sdk.base.tags import current_tags, current_work
+from lookahead_sdk.base.tags import BackgroundWork, current_tags, current_work
 
 GENERATION_PATH_SUFFIXES = ("/chat/completions", "/completions", "/completion", "/generate")
 
@@ -140,10 +140,11 @@ class SlackGate:
         """For best-effort work already running (a lookahead summary decoding): whether it
         should stop at its next token and wait for slack again, because a foreground request
         waits for the engine. False for latency-critical callers and promoted work."""
-        if counts_as_foreground():
-            return False
-        work = current_work()
-        return not (work is not None and work.promoted) and not self.has_slack()
+        return not counts_as_foreground() and self._holds(current_work())
+
+    def _holds(self, work: BackgroundWork | None) -> bool:
+        """Best-effort work for `work` must not run now: no slack, and not promoted."""
+        return not self.has_slack() and not (work is not None and work.promoted)
 
     async def wait(self, *, until: Callable[[], bool] | None = None) -> float:
         """Return once the engine has slack (see `admit`); at once for latency-critical callers,
@@ -154,11 +155,7 @@ class SlackGate:
         work = current_work()
         started = time.perf_counter()
         # Polling, not an Event: foreground counts change on other threads and event loops.
-        while (  # noqa: ASYNC110
-            not self.has_slack()
-            and not (work is not None and work.promoted)
-            and not (until is not None and until())
-        ):
+        while self._holds(work) and not (until is not None and until()):  # noqa: ASYNC110
             await asyncio.sleep(self.poll_s)
         waited = time.perf_counter() - started
         self.waited_s += waited

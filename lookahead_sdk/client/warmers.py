@@ -313,16 +313,15 @@ class LlamaCppWarmer(_HttpWarmer):
             "temperature": 0,
         }
         tags = current_tags()
-        sizer = self.session.best_effort_batch
-        capped = sizer is not None and tags is not None and tags.priority_class == "be"
-        batch = sizer.tokens if sizer is not None else 0
-        if capped:
-            body[BEST_EFFORT_BATCH_FIELD] = batch
+        best_effort = tags is not None and tags.priority_class == "be"
+        sizer = self.session.best_effort_batch if best_effort else None
+        if sizer is not None:  # sent here so that the size observed is the size asked for
+            batch = body[BEST_EFFORT_BATCH_FIELD] = sizer.tokens
         timings = (await self._post("/completion", body)).get("timings") or {}
         prefilled = int(timings.get("prompt_n", 0))
         seconds = float(timings.get("prompt_ms", 0.0)) / 1000
         self.chunks.observe(prefilled, seconds)
-        if capped and sizer is not None:
+        if sizer is not None:
             sizer.observe(prefilled, seconds, batch)
         return prefilled, int(timings.get("cache_n", 0))
 

@@ -710,15 +710,20 @@ class LookaheadRuntime:
         lookahead = self.lookahead
         if lookahead.status is not LookaheadStatus.READY or lookahead.kept_from is None:
             return 0
-        ctx = self._transform_context(is_lookahead=not at_commit, partial_output=None)
-        ctx.expected_growth_tokens = 0 if at_commit else self._expected_growth_until_commit()
-        should_keep_from = self.policy.kept_from(self.main.messages, ctx)
+        should_keep_from = self._kept_from_now(synchronous=at_commit)
         if should_keep_from is None:
             return 0
         kept_from = lookahead.kept_from
         if kept_from <= should_keep_from:
             return self.main.tokens_between(kept_from, should_keep_from)
         return -self.main.tokens_between(should_keep_from, kept_from)
+
+    def _kept_from_now(self, *, synchronous: bool) -> int | None:
+        """Where the suffix a commit would keep verbatim begins, from the live history: a
+        synchronous transform now, or a lookahead started now (sized for the growth expected)."""
+        ctx = self._transform_context(is_lookahead=not synchronous, partial_output=None)
+        ctx.expected_growth_tokens = 0 if synchronous else self._expected_growth_until_commit()
+        return self.policy.kept_from(self.main.messages, ctx)
 
     def _with_dropped_turns(self, end: int) -> tuple[list[Message], int] | None:
         """The ready result with the turns a synchronous commit now keeps but it dropped put
@@ -728,8 +733,7 @@ class LookaheadRuntime:
         lookahead, main = self.lookahead, self.main
         if lookahead.messages is None or lookahead.kept_from is None:
             return None
-        ctx = self._transform_context(is_lookahead=False, partial_output=None)
-        should_keep_from = self.policy.kept_from(main.messages, ctx)
+        should_keep_from = self._kept_from_now(synchronous=True)
         if should_keep_from is None or should_keep_from >= lookahead.kept_from:
             return None
         result = list(lookahead.messages)

@@ -199,6 +199,20 @@ def test_a_commit_does_not_wait_for_a_copy_in_flight(tmp_path: Path) -> None:
     assert asyncio.run(run()) is CommitKind.FALLBACK
 
 
+async def summarize_run(warmer: RecordingWarmer, summarizer: FakeSummarizer) -> LookaheadRuntime:
+    """A Summarize runtime driven through 30 steps; its stats stay readable after it closes."""
+    async with LookaheadRuntime(
+        Summarize(hard_limit=HARD, lookahead_at=2400, recent_budget=800),
+        messages=START,
+        window_tokens=8192,
+        token_counter=COUNTER,
+        warmer=warmer,
+        summarizer=summarizer,
+    ) as runtime:
+        await drive(runtime, [150] * 30)
+    return runtime
+
+
 def test_a_summary_lookahead_copies_the_live_context_before_its_llm_call() -> None:
     """Summarize's request starts with the live context: the branch gets a copy of what the
     live slot holds (through the last reply) before the summary goes out, so the request can
@@ -221,19 +235,7 @@ def test_a_summary_lookahead_copies_the_live_context_before_its_llm_call() -> No
 
     warmer.fork_live = fork_live  # type: ignore[method-assign]
 
-    async def run() -> LookaheadRuntime:
-        async with LookaheadRuntime(
-            Summarize(hard_limit=HARD, lookahead_at=2400, recent_budget=800),
-            messages=START,
-            window_tokens=8192,
-            token_counter=COUNTER,
-            warmer=warmer,
-            summarizer=summarizer,
-        ) as runtime:
-            await drive(runtime, [150] * 30)
-        return runtime
-
-    runtime = asyncio.run(run())
+    runtime = asyncio.run(summarize_run(warmer, summarizer))
     assert summarizer.requests, "no summary ran"
     for index, event in enumerate(order):
         if event == "summary":
@@ -243,19 +245,6 @@ def test_a_summary_lookahead_copies_the_live_context_before_its_llm_call() -> No
 
 
 def test_without_live_copies_a_summary_lookahead_copies_nothing() -> None:
-    warmer = RecordingWarmer()  # copies_live_context is False
-
-    async def run() -> None:
-        async with LookaheadRuntime(
-            Summarize(hard_limit=HARD, lookahead_at=2400, recent_budget=800),
-            messages=START,
-            window_tokens=8192,
-            token_counter=COUNTER,
-            warmer=warmer,
-            summarizer=FakeSummarizer(),
-        ) as runtime:
-            await drive(runtime, [150] * 30)
-            assert runtime.stats.live_copies == 0
-            assert runtime.stats.hits >= 1
-
-    asyncio.run(run())
+    runtime = asyncio.run(summarize_run(RecordingWarmer(), FakeSummarizer()))  # no copies
+    assert runtime.stats.live_copies == 0
+    assert runtime.stats.hits >= 1
