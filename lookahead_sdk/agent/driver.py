@@ -31,11 +31,11 @@ from lookahead_sdk.client.endpoint import Endpoint
 from lookahead_sdk.client.session import ServerSession
 from lookahead_sdk.client.slack import DEFAULT_GATE_ADMISSION, GateAdmission
 from lookahead_sdk.client.timeline import (
-    WAIT_CAUSES,
+    TURN_WAIT_CAUSES,
     RequestTimeline,
     TimelineEntry,
     background_overlap,
-    wait_behind,
+    turn_wait,
 )
 from lookahead_sdk.client.transport import tagged_async_http_client
 from lookahead_sdk.client.warmers import LlamaCppWarmer, make_warmer
@@ -45,7 +45,6 @@ from lookahead_sdk.core.policy import ContextPolicy
 from lookahead_sdk.strategies import Isolate, KeepRecent, Offload, Summarize
 
 STRATEGIES: tuple[str, ...] = ("offload", "keep_recent", "summarize", "isolate")
-TURN_WAIT_CAUSES: tuple[str, ...] = ("before_request", *WAIT_CAUSES)
 Mode = Literal["sync", "lookahead"]
 
 
@@ -113,9 +112,15 @@ class RunResult:
                 "transform" if turn.is_transform_turn else "normal",
                 dict.fromkeys(TURN_WAIT_CAUSES, 0.0),
             )
-            sums["before_request"] += max(0.0, turn.sent_at - turn.started_at)
-            window = (turn.sent_at, turn.first_token_at)
-            for cause, seconds in wait_behind(window, turn.program_id, entries, now=now).items():
+            split = turn_wait(
+                turn.started_at,
+                turn.sent_at,
+                turn.first_token_at,
+                turn.program_id,
+                entries,
+                now=now,
+            )
+            for cause, seconds in split.items():
                 sums[cause] += seconds
         for kind, load in background_overlap(entries, now=now).items():
             self.background[kind] = asdict(load)

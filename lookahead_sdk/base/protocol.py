@@ -173,6 +173,11 @@ class RequestTags:
             commit_deadline_ms=commit_deadline_ms,
         )
 
+    def best_effort(self) -> RequestTags:
+        """Tags for best-effort work of this program that belongs to no lookahead (a copy of
+        its live context made while its tools run)."""
+        return replace(self, priority_class="be")
+
     def extending_live_context(self) -> RequestTags:
         return replace(self, extends_live_context=True)
 

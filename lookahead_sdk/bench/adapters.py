@@ -51,6 +51,7 @@ from lookahead_sdk.bench.common import (
 )
 from lookahead_sdk.bench.ttft import DEFAULT_TOOL_LATENCY_S
 from lookahead_sdk.bench.ttft_targets import FEW_TURNS, safe_ratio
+from lookahead_sdk.bench.ttft_waits import WAITS_LEGEND, has_waits, waits_tables
 
 FRAMEWORKS: tuple[str, ...] = ("reference", "langchain", "llamaindex", "autogen")
 MODES = ("sync", "lookahead")
@@ -70,6 +71,10 @@ class ExampleRun:
     context_tokens: list[int] = field(default_factory=list)
     wall_s: float = 0.0
     load_average: tuple[float, float] = (0.0, 0.0)  # 1-minute load before and after the run
+    # Where the turns' TTFT went and the background requests (`examples.write_turns`), as in
+    # `bench ttft`: per turn kind and cause, per background request kind.
+    turn_wait_s: dict[str, dict[str, float]] = field(default_factory=dict)
+    background: dict[str, dict[str, float]] = field(default_factory=dict)
 
 
 def example_command(framework: str, examples: Path | None) -> list[str]:
@@ -112,6 +117,8 @@ def run_example(
         mode,
         wall_s=time.perf_counter() - started,
         load_average=(load_before, os.getloadavg()[0]),
+        turn_wait_s=document.get("turn_wait_s", {}),
+        background=document.get("background", {}),
     )
     for row in document["rows"]:
         run.commits.append(row["commit"])
@@ -489,7 +496,15 @@ def summary_tables(document: dict[str, Any]) -> list[Table]:
                 f"{row['turn_ms']:.2f} ms",
             )
         tables.append(overhead)
-    return tables
+    return [*tables, *waits_tables(runs_by_framework(document), name="framework")]
+
+
+def runs_by_framework(document: dict[str, Any]) -> dict[str, dict[str, dict[str, Any]]]:
+    """The example runs as `bench ttft` has its strategies': framework -> mode -> run."""
+    runs: dict[str, dict[str, dict[str, Any]]] = {}
+    for run in document["ttft_runs"]:
+        runs.setdefault(run["framework_key"], {})[run["mode"]] = run
+    return runs
 
 
 def _times(value: float) -> str:
@@ -505,6 +520,8 @@ def print_summary(document: dict[str, Any], console: Console | None = None) -> N
     for table in summary_tables(document):
         console.print(table)
     console.print(ADAPTERS_LEGEND, markup=False, highlight=False)
+    if has_waits(runs_by_framework(document)):
+        console.print(WAITS_LEGEND, markup=False, highlight=False)
 
 
 def main(args: argparse.Namespace) -> int:

@@ -354,7 +354,7 @@ def summary_tables(document: dict[str, Any]) -> list[Table]:
         )
     if few_turns:
         ttft.caption = f"*: p50 of fewer than {FEW_TURNS} transform turns"
-    return [ttft, work, *waits_tables(document)]
+    return [ttft, work, *waits_tables(document["strategies"])]
 
 
 def _seconds(value: float) -> str:
@@ -375,7 +375,7 @@ def print_table(document: dict[str, Any], console: Console | None = None) -> Non
     for table in summary_tables(document):
         console.print(table)
     console.print(TTFT_LEGEND, markup=False, highlight=False)
-    if has_waits(document):
+    if has_waits(document["strategies"]):
         console.print(WAITS_LEGEND, markup=False, highlight=False)
     for table in targets_tables([("this run", document)]):
         console.print(table)

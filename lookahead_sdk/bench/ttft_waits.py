@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 from rich.table import Table
@@ -38,16 +39,21 @@ WAITS_LEGEND = (
 )
 
 
-def has_waits(document: dict[str, Any]) -> bool:
-    return all(
-        "turn_wait_s" in run for runs in document["strategies"].values() for run in runs.values()
+Runs = Mapping[str, Mapping[str, Mapping[str, Any]]]  # name -> mode -> run
+
+
+def has_waits(runs: Runs) -> bool:
+    """`runs`: `bench ttft`'s "strategies", or `bench adapters`' runs by framework."""
+    return bool(runs) and all(
+        "turn_wait_s" in run for by_mode in runs.values() for run in by_mode.values()
     )
 
 
-def waits_tables(document: dict[str, Any]) -> list[Table]:
-    """Per strategy, mode and turn kind: the mean TTFT split by cause; per strategy, the
-    lookahead run's background requests. Empty for runs recorded before the timeline."""
-    if not has_waits(document):
+def waits_tables(runs: Runs, *, name: str = "strategy") -> list[Table]:
+    """Per strategy (or framework), mode and turn kind: the mean TTFT split by cause; per
+    strategy, the lookahead run's background requests. Empty for runs recorded before the
+    timeline."""
+    if not has_waits(runs):
         return []
     waits = compact_table(
         "Where the TTFT went (mean ms per turn)",
@@ -55,27 +61,28 @@ def waits_tables(document: dict[str, Any]) -> list[Table]:
     )
     background = compact_table(
         "Background requests (lookahead runs): n / s run / s during a foreground wait",
-        ("strategy", *(label for _, label in BACKGROUND_COLUMNS), "yields", "gate s"),
+        (name, *(label for _, label in BACKGROUND_COLUMNS), "yields", "gate s"),
     )
-    for strategy, runs in document["strategies"].items():
+    for run_name, by_mode in runs.items():
         for kind, letter, ttft_key in TURN_KINDS:
             for mode in ("sync", "lookahead"):
-                run = runs[mode]
+                run = by_mode[mode]
                 turns = len(run[ttft_key])
                 sums = run["turn_wait_s"].get(kind)
                 if not turns or sums is None:
                     continue
                 waits.add_row(
-                    f"{strategy} {'look' if mode == 'lookahead' else mode} {letter}",
+                    f"{run_name} {'look' if mode == 'lookahead' else mode} {letter}",
                     _ms(sum(run[ttft_key]) / turns),
                     *(_ms(sums[cause] / turns) for cause, _ in CAUSE_COLUMNS),
                 )
-        look = runs["lookahead"]
+        look = by_mode["lookahead"]
+        gate_wait_s = look.get("gate_wait_s")
         background.add_row(
-            strategy,
+            run_name,
             *(_load(look["background"].get(kind)) for kind, _ in BACKGROUND_COLUMNS),
             str(look.get("background_yields", "-")),
-            f"{look['gate_wait_s']:.1f}",
+            "-" if gate_wait_s is None else f"{gate_wait_s:.1f}",
         )
     return [waits, background]
 

@@ -30,6 +30,9 @@ WAIT_CAUSES: tuple[str, ...] = (
     "alone",
 )
 BACKGROUND_KINDS: tuple[RequestKind, ...] = ("warm_up", "background_llm", "slot_copy")
+# A model turn's TTFT: first the time before its request went out (a commit's wait, a
+# synchronous transform), then the request's wait split by `WAIT_CAUSES`.
+TURN_WAIT_CAUSES: tuple[str, ...] = ("before_request", *WAIT_CAUSES)
 
 WARM_UP_PATHS = ("/completion", "/generate")  # llama.cpp n_predict=0, SGLang max_new_tokens=0
 SLOT_PATH_PART = "/slots"
@@ -144,6 +147,32 @@ def wait_behind(
         )
         seconds[cause] += right - left
     return seconds
+
+
+def turn_wait(
+    started_at: float,
+    sent_at: float,
+    first_token_at: float,
+    program_id: str | None,
+    entries: Sequence[TimelineEntry],
+    *,
+    now: float | None = None,
+) -> dict[str, float]:
+    """Split a model turn's TTFT (`started_at`, e.g. an adapter's model-call hook, to its first
+    token) by `TURN_WAIT_CAUSES`; its request went out at `sent_at`."""
+    split = {"before_request": max(0.0, sent_at - started_at)}
+    split.update(wait_behind((sent_at, first_token_at), program_id, entries, now=now))
+    return split
+
+
+def request_answered_at(
+    first_token_at: float, entries: Iterable[TimelineEntry]
+) -> TimelineEntry | None:
+    """The foreground request whose reply began at `first_token_at`: the last one sent before
+    it, for an agent that has one model request in flight at a time (a framework's agent, whose
+    loop stamps only its hook and the first token)."""
+    sent = [e for e in entries if e.kind == "foreground" and e.sent_at <= first_token_at]
+    return max(sent, key=lambda entry: entry.sent_at, default=None)
 
 
 @dataclass

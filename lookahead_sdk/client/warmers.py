@@ -192,7 +192,7 @@ class LlamaCppWarmer(_HttpWarmer):
         branch = self._branch(program_id)
         branch.live_prefix_share, branch.live_prefix_messages = share, shared_messages
 
-    async def _wait_for_slack(self, until: Callable[[], bool]) -> None:
+    async def _wait_for_slack(self, until: Callable[[], bool] | None = None) -> None:
         if self.gate is not None:
             await self.gate.wait(until=until)
 
@@ -224,14 +224,19 @@ class LlamaCppWarmer(_HttpWarmer):
         run): copy it into the branch slot, so that a lookahead keeping this prefix prefills
         only its rewrite (`ContextPolicy.keeps_live_prefix`). Done at the warm-up instead, the
         copy would wait for the live slot's next request to end (llama.cpp defers a save of a
-        busy slot): seconds with several agents. Not gated: a copy occupies the engine about
-        0.1 s (save 0.14-0.19 s and restore 0.04 s for 7.9K tokens, measured), a fraction of
-        the prefill it saves. False when nothing was copied (the branch already holds all but
-        a chunk of it, or the server has no slot copies)."""
+        busy slot): seconds with several agents. Gated like a chunk: a copy occupies the engine
+        about 0.1 s (save 0.14-0.19 s and restore 0.04 s for 7.9K tokens, measured), which a
+        foreground prompt arriving first would wait for. (A copy for a summary starts when its
+        lookahead does, often as the model's next request goes out.) False when nothing was
+        copied (the branch already holds all but a chunk of it, or the server has no slot
+        copies)."""
         branch = self._branch(program_id)
         ids = await self._tokenize(await self.render(messages, shape))
         if len(ids) - common_prefix_length(ids, branch.ids) < self.chunks.min_tokens:
             return False
+        # A save waiting for the live slot's request does not hold the engine; sending it while
+        # a foreground prompt is prefilled could (it may be served first).
+        await self._wait_for_slack()
         started = time.perf_counter()
         if not await self._seed_branch(program_id):
             return False

@@ -551,7 +551,8 @@ class LookaheadRuntime:
             and self._hooks.copies_live_context
             and self.policy.keeps_live_prefix(main, lookahead)
         ):
-            self._run_job(self._fork_live())
+            with use_tags(self.tags.best_effort()):  # the copy waits for slack like a warm-up
+                self._run_job(self._fork_live())
 
     def _start_lookahead(self, snapshot: Snapshot) -> None:
         group_id = f"{self.program_id}:{self.policy.name}:s{self.main.turn}:{self.stats.lookaheads_started}"

@@ -318,8 +318,17 @@ def test_examples_run_end_to_end(example: str, embedded_engine: Any, tmp_path: A
         check=False,
     )
     assert completed.returncode == 0, completed.stderr[-2000:]
-    rows = json.loads(out.read_text())["rows"]
+    document = json.loads(out.read_text())
+    rows = document["rows"]
     assert rows and all(row["context_tokens"] > 0 for row in rows)
+    # Where each turn's TTFT went: every turn with a first token is on the request timeline, and
+    # its causes add up to its TTFT.
+    timed = [row for row in rows if row["ttft_s"] is not None]
+    assert timed and all(row["first_token_at"] for row in timed)
+    traced = sum(sum(causes.values()) for causes in document["turn_wait_s"].values())
+    assert traced == pytest.approx(sum(row["ttft_s"] for row in timed), abs=1e-6)
+    assert document["turn_wait_s"]["normal"]["alone"] > 0
+    assert set(document["background"]) == {"warm_up", "background_llm", "slot_copy"}
 
 
 def test_a_framework_agent_through_the_endpoints_warmer_copies_its_live_context(

@@ -7,7 +7,13 @@ from pathlib import Path
 
 import pytest
 
-from lookahead_sdk.bench.adapters import ExampleRun, plot, run_overhead, summary
+from lookahead_sdk.bench.adapters import (
+    ExampleRun,
+    plot,
+    run_overhead,
+    summary,
+    summary_tables,
+)
 from lookahead_sdk.bench.common import percentile
 
 TURNS = 12
@@ -51,3 +57,40 @@ def test_summary_and_plot_come_from_the_raw_lists(
         assert result["overhead"][run["framework"]]["p50_ms"] == percentile(run["hook_ms"], 50)
     png = plot(document, tmp_path / "adapters.png")
     assert png.stat().st_size > 0 and png.read_bytes()[:4] == b"\x89PNG"
+
+
+def test_the_turns_waits_are_tabled_per_framework_once_recorded(
+    overhead_runs: list[dict],
+) -> None:
+    causes = dict.fromkeys(
+        ("before_request", "warm_up", "background_llm", "slot_copy", "other_foreground"), 0.0
+    )
+    runs = [
+        ExampleRun(
+            "LangChain agent",
+            mode,
+            transform_ttft_s=[2.0],
+            normal_ttft_s=[1.0, 1.0],
+            turn_wait_s={
+                "normal": {**causes, "alone": 1.6, "warm_up": 0.4},
+                "transform": {**causes, "alone": 2.0},
+            },
+            background={
+                "warm_up": {"requests": 3, "seconds": 1.5, "during_foreground_wait_s": 0.4}
+            },
+        )
+        for mode in ("sync", "lookahead")
+    ]
+    document = {
+        "overhead_runs": overhead_runs,
+        "ttft_runs": [{**asdict(run), "framework_key": "langchain"} for run in runs],
+    }
+    titles = [table.title for table in summary_tables(document)]
+    assert "Where the TTFT went (mean ms per turn)" in titles
+    waits = next(t for t in summary_tables(document) if t.title.startswith("Where"))
+    cells = {column.header: list(column.cells) for column in waits.columns}
+    assert cells["run"][0] == "langchain sync N"
+    assert cells["warm-up"][0] == "200" and cells["alone"][0] == "800"  # mean ms per turn
+    for run in document["ttft_runs"]:
+        del run["turn_wait_s"]  # recorded before the timeline: no such table
+    assert not any(t.title.startswith("Where") for t in summary_tables(document))

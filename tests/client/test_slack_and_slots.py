@@ -309,3 +309,47 @@ def test_a_summary_of_the_live_context_runs_in_the_branch_once_it_holds_a_copy()
     pairs.mirror_live("p", True)
     pairs.swap("p")  # a commit: the branch is the live slot now, the new branch holds nothing
     assert pairs.slot_for(summary) == pairs.pair("p").current  # type: ignore[union-attr]
+
+
+async def test_a_copy_of_the_live_slot_waits_while_a_foreground_prompt_is_prefilled(
+    stub_server: RecordingProxy,
+) -> None:
+    """A slot copy occupies the engine; sent while a foreground prompt waits for its first token
+    it could be served first. It goes out once that prompt decodes."""
+    from lookahead_sdk import LlamaCppWarmer
+    from lookahead_sdk.core.warmer import RequestShape
+
+    session = ServerSession(
+        stub_server.url, wire="llamacpp", facts=ServerFacts(llamacpp=True, total_slots=4)
+    )
+    warmer = LlamaCppWarmer(session, gate=session.gate())
+    warmer.attach("p")
+
+    async def render(*_: object, **__: object) -> str:
+        return "rendered"
+
+    async def tokenize(_: str) -> list[int]:
+        return list(range(300))
+
+    warmer.render = render  # type: ignore[method-assign]
+    warmer._tokenize = tokenize  # type: ignore[method-assign]
+    prefilling = session.foreground.begin()  # another agent's prompt
+    history = [{"role": "user", "content": "hi"}]
+    try:
+        with use_tags(RequestTags("p").best_effort()):
+            copy = asyncio.create_task(warmer.fork_live("p", history, shape=RequestShape()))
+            await asyncio.sleep(0.2)
+            assert not copy.done()
+            assert not [r for r in stub_server.requests if r.path.startswith("/slots/")]
+            prefilling.first_token()
+            assert await copy
+        pair = session.slots.pair("p")  # type: ignore[union-attr]
+        assert pair is not None
+        assert [r.path for r in stub_server.requests] == [
+            f"/slots/{pair.current}",  # save
+            f"/slots/{pair.branch}",  # restore
+        ]
+    finally:
+        prefilling.end()
+        warmer.detach("p")
+        await warmer.aclose()

@@ -14,7 +14,9 @@ from lookahead_sdk.client.timeline import (
     RequestTimeline,
     TimelineEntry,
     background_overlap,
+    request_answered_at,
     request_kind,
+    turn_wait,
     wait_behind,
 )
 
@@ -55,6 +57,32 @@ def test_a_wait_goes_to_the_background_work_beside_it_first_then_other_programs(
             "alone": 0.25,
         }
     )
+
+
+def test_a_framework_turn_is_placed_on_the_request_its_first_token_answered() -> None:
+    """A framework loop stamps its hook and first token only: the request between them is the
+    last foreground one sent before that token; the time before it is the commit's."""
+    entries = [
+        entry("foreground", "me", 0.0, 0.4, 0.9),  # the turn before
+        entry("background_llm", "me", 1.0, 1.3, 1.6),  # a synchronous summary (best-effort)
+        entry("foreground", "me", 1.7, 2.4, 2.9),  # this turn's request
+        entry("warm_up", "me", 1.5, 1.9, 1.9),
+    ]
+    request = request_answered_at(2.4, entries)
+    assert request is entries[2]
+    split = turn_wait(1.0, request.sent_at, 2.4, "me", entries, now=3.0)
+    assert split == pytest.approx(
+        {
+            "before_request": 0.7,
+            "warm_up": 0.2,
+            "background_llm": 0.0,
+            "slot_copy": 0.0,
+            "other_foreground": 0.0,
+            "alone": 0.5,
+        }
+    )
+    assert sum(split.values()) == pytest.approx(2.4 - 1.0)
+    assert request_answered_at(-1.0, entries) is None
 
 
 def test_an_unfinished_request_counts_until_now() -> None:

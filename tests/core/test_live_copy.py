@@ -13,6 +13,8 @@ from hypothesis import strategies as st
 
 from lookahead_sdk import CommitKind, LookaheadRuntime, OffloadStore
 from lookahead_sdk.base.messages import Message, calls_tools
+from lookahead_sdk.base.protocol import RequestTags
+from lookahead_sdk.base.tags import current_tags
 from lookahead_sdk.core.state import LookaheadState, LookaheadStatus, MainState
 from lookahead_sdk.core.warmer import RequestShape
 from lookahead_sdk.strategies import KeepRecent, Offload, Summarize
@@ -34,12 +36,14 @@ class CopyingWarmer(RecordingWarmer):
         self.fail_copy, self.hang_copy = fail_copy, hang_copy
         self.copies: list[list[Message]] = []
         self.events: list[tuple[str, list[Message]]] = []
+        self.copy_tags: list[RequestTags | None] = []
 
     async def fork_live(
         self, program_id: str, messages: Sequence[Message], *, shape: RequestShape
     ) -> bool:
         await misbehave(hang=self.hang_copy, fail=self.fail_copy)
         self.copies.append(list(messages))
+        self.copy_tags.append(current_tags())
         self.events.append(("copy", list(messages)))
         return True
 
@@ -121,6 +125,8 @@ def test_copies_are_made_at_model_turn_boundaries_only(tmp_path: Path) -> None:
     assert warmer.copies, "no copy past the trigger"
     assert all(calls_tools(copy[-1]) for copy in warmer.copies)  # the model's turn just ended
     assert runtime.stats.live_copies == len(warmer.copies)
+    # Best-effort: a gated warmer holds the copy while a foreground prompt is prefilled.
+    assert all(tags is not None and tags.is_best_effort for tags in warmer.copy_tags)
     assert all(
         MainState(copy, window_tokens=8192, token_counter=COUNTER).tokens >= SOFT
         for copy in warmer.copies

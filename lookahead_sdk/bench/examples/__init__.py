@@ -16,10 +16,11 @@ import asyncio
 import contextlib
 import inspect
 import random
+import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Annotated, Literal, get_args
+from typing import Annotated, Any, Literal, get_args
 
 from rich.console import Console
 from rich.table import Table
@@ -36,6 +37,14 @@ from lookahead_sdk.base.args import (
 from lookahead_sdk.base.tools import Tool
 from lookahead_sdk.bench.common import compact_table, write_json
 from lookahead_sdk.client.endpoint import Endpoint
+from lookahead_sdk.client.timeline import (
+    TURN_WAIT_CAUSES,
+    RequestTimeline,
+    TimelineEntry,
+    background_overlap,
+    request_answered_at,
+    turn_wait,
+)
 from lookahead_sdk.core.runtime import CommitKind
 
 MODULES: tuple[str, ...] = (
@@ -125,18 +134,60 @@ class TurnRow:
     commit: CommitKind
     context_tokens: int
     ttft_s: float | None  # from the adapter's model-call hook (commit included) to the first token
+    first_token_at: float | None = None  # perf_counter, to place the turn on the request timeline
+
+
+def turn_waits(
+    rows: Sequence[TurnRow], entries: Sequence[TimelineEntry], now: float
+) -> dict[str, dict[str, float]]:
+    """Where the turns' TTFT went, summed per turn kind ("normal", "transform") and cause, as
+    `bench ttft` reports it (`RunResult.turn_wait_s`). A framework's loop stamps its hook and
+    the first token; the request between them is the one the timeline saw answered then."""
+    sums: dict[str, dict[str, float]] = {}
+    for row in rows:
+        if row.ttft_s is None or row.first_token_at is None:
+            continue
+        request = request_answered_at(row.first_token_at, entries)
+        if request is None:
+            continue
+        kind = "normal" if row.commit is CommitKind.NONE else "transform"
+        split = turn_wait(
+            row.first_token_at - row.ttft_s,
+            request.sent_at,
+            row.first_token_at,
+            request.program_id,
+            entries,
+            now=now,
+        )
+        totals = sums.setdefault(kind, dict.fromkeys(TURN_WAIT_CAUSES, 0.0))
+        for cause, seconds in split.items():
+            totals[cause] += seconds
+    return sums
 
 
 def write_turns(
-    path: str | Path, *, framework: str, mode: str, model: str, rows: Sequence[TurnRow]
+    path: str | Path,
+    *,
+    framework: str,
+    mode: str,
+    model: str,
+    rows: Sequence[TurnRow],
+    timeline: RequestTimeline | None = None,
 ) -> Path:
-    """The rows as JSON, for `lookahead-sdk bench adapters`."""
-    document = {
+    """The rows as JSON, for `lookahead-sdk bench adapters`; with the session's timeline, also
+    where the turns' TTFT went and what background requests ran."""
+    document: dict[str, Any] = {
         "framework": framework,
         "mode": mode,
         "model": model,
         "rows": [{**asdict(row), "commit": row.commit.value} for row in rows],
     }
+    if timeline is not None:
+        entries, now = timeline.entries, time.perf_counter()
+        document["turn_wait_s"] = turn_waits(rows, entries, now)
+        document["background"] = {
+            kind: asdict(load) for kind, load in background_overlap(entries, now=now).items()
+        }
     return write_json(path, document)
 
 
@@ -236,7 +287,12 @@ def example_parser(doc: str) -> argparse.ArgumentParser:
 
 
 def example_endpoint(args: argparse.Namespace) -> Endpoint:
-    return Endpoint.connect(args.base_url) if args.base_url else Endpoint.embedded(port=args.port)
+    endpoint = (
+        Endpoint.connect(args.base_url) if args.base_url else Endpoint.embedded(port=args.port)
+    )
+    if args.json:  # the report says where the turns' time went
+        endpoint.session.timeline = RequestTimeline()
+    return endpoint
 
 
 def progress_printer(args: argparse.Namespace) -> Callable[[TurnRow], None] | None:
@@ -249,4 +305,11 @@ def report(
 ) -> None:
     print_turns(f"{framework}, {args.mode} mode, {endpoint.model}", rows)
     if args.json:
-        write_turns(args.json, framework=framework, mode=args.mode, model=endpoint.model, rows=rows)
+        write_turns(
+            args.json,
+            framework=framework,
+            mode=args.mode,
+            model=endpoint.model,
+            rows=rows,
+            timeline=endpoint.session.timeline,
+        )

@@ -76,6 +76,7 @@ async def run(
                 call.commit,
                 call.context_tokens,
                 request.first_token_at - call.started_at if request.first_token_at else None,
+                request.first_token_at,
             )
             for index, (call, request) in enumerate(calls)
         ]

@@ -66,6 +66,7 @@ async def run(
                 call.commit,
                 call.context_tokens,
                 None if seen.first_token_at is None else seen.first_token_at - call.started_at,
+                seen.first_token_at,
             )
             for index, (call, seen) in enumerate(
                 zip(middleware.calls, observer.model_calls, strict=False)

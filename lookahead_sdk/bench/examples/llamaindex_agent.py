@@ -57,7 +57,7 @@ async def run(
 
     def rows() -> list[demo.TurnRow]:
         return [
-            demo.TurnRow(index, call.commit, call.context_tokens, call.ttft_s)
+            demo.TurnRow(index, call.commit, call.context_tokens, call.ttft_s, call.first_token_at)
             for index, call in enumerate(llm.calls)
         ]
 

@@ -47,7 +47,13 @@ async def run(
 
     def rows() -> list[demo.TurnRow]:
         return [
-            demo.TurnRow(index, turn.commit, turn.context_tokens, turn.ttft_s)
+            demo.TurnRow(
+                index,
+                turn.commit,
+                turn.context_tokens,
+                turn.ttft_s,
+                turn.first_token_at or None,
+            )
             for index, turn in enumerate(turns)
         ]
 
