@@ -15,11 +15,11 @@ gave 13% fewer steps/min at 2x overload and 18% fewer at 3x than `idle_longest`.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 from dataclasses import dataclass
 
 from lookahead_sdk.router.config import PauseOrder
-from lookahead_sdk.router.state import Program, share_limit
+from lookahead_sdk.router.state import Backend, Program
 
 
 @dataclass(frozen=True, slots=True)
@@ -30,20 +30,19 @@ class PausePlan:
 
 def plan_pauses(
     programs: Iterable[Program],
-    capacity_tokens: int,
+    backend: Backend,
     pause_at: float,
     pause_to: float,
     order: PauseOrder = "idle_longest",
-    footprint: Callable[[Program], int] = lambda program: program.accounted_tokens,
-    slots: int | None = None,
 ) -> PausePlan:
-    """`footprint`: what each program takes on this backend (`Backend.footprint`); `slots`:
-    llama.cpp's, whose shares count whole slots (`share_limit`)."""
+    """`programs`: those active on `backend`, each taking its `Backend.footprint` there, against
+    its `Backend.limit` (whole slots on llama.cpp)."""
     active = list(programs)
+    footprint = backend.footprint
     load = sum(footprint(p) for p in active)
-    if load <= share_limit(capacity_tokens, slots, pause_at):
+    if load <= backend.limit(pause_at):
         return PausePlan((), ())
-    excess = load - share_limit(capacity_tokens, slots, pause_to)
+    excess = load - backend.limit(pause_to)
     acting = [p for p in active if p.phase == "acting" and footprint(p) > 0]
     acting.sort(key=_idle_longest if order == "idle_longest" else _smallest)
     reasoning = sorted(

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import math
 from dataclasses import dataclass, field
 from typing import Literal
@@ -54,7 +55,8 @@ class Program:
     @property
     def has_lookahead(self) -> bool:
         """A lookahead branch of it runs or waits to."""
-        return any(r.lookahead is not None for r in (*self.in_flight.values(), *self.held.values()))
+        requests = itertools.chain(self.in_flight.values(), self.held.values())
+        return any(r.lookahead is not None for r in requests)
 
     @property
     def oldest_held_s(self) -> float | None:

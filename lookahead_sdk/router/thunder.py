@@ -310,9 +310,8 @@ class ThunderPolicy(RouterCore):
             for program in programs:
                 program.marked_for_pause = False  # re-planned from scratch on every pass
             plan = plan_pauses(
-                programs, backend.capacity_tokens, config.pause_at, config.pause_to,
-                config.pause_order, backend.footprint, backend.slots,
-            )  # fmt: skip
+                programs, backend, config.pause_at, config.pause_to, config.pause_order
+            )
             decisions += [self._pause(program) for program in plan.pause_now]
             for program in plan.mark:
                 program.marked_for_pause = True

@@ -12,7 +12,7 @@ from lookahead_sdk.router.restore import (
     plan_restores,
     restore_rank,
 )
-from lookahead_sdk.router.state import Program, TrackedRequest
+from lookahead_sdk.router.state import Backend, Program, TrackedRequest
 
 
 def program(
@@ -42,7 +42,7 @@ def test_acting_programs_pause_smallest_first_until_the_target() -> None:
         program("busy", 400, reasoning=True),
     ]
     # load 1300 > 1000: bring it to 900 -> free 400: small (100) then mid (300).
-    plan = plan_pauses(programs, 1000, pause_at=1.0, pause_to=0.9)
+    plan = plan_pauses(programs, Backend("b", 1000), pause_at=1.0, pause_to=0.9)
     assert [p.program_id for p in plan.pause_now] == ["small", "mid"]
     assert plan.mark == ()
 
@@ -56,15 +56,15 @@ def test_reasoning_programs_are_marked_and_marked_tokens_count_as_freed() -> Non
     ]
     # load 1650, target 900: pause acting (100), mark r1 (450), r2 (500) -> 200 left over.
     # Without counting marks the loop would mark r3 as well.
-    plan = plan_pauses(programs, 1000, pause_at=1.0, pause_to=0.9)
+    plan = plan_pauses(programs, Backend("b", 1000), pause_at=1.0, pause_to=0.9)
     assert [p.program_id for p in plan.pause_now] == ["acting"]
     assert [p.program_id for p in plan.mark] == ["r1", "r2"]
 
 
 def test_nothing_pauses_at_or_under_the_threshold() -> None:
     programs = [program("a", 600), program("b", 400, reasoning=True)]
-    assert plan_pauses(programs, 1000, pause_at=1.0, pause_to=0.9).pause_now == ()
-    plan = plan_pauses(programs, 999, pause_at=1.0, pause_to=0.9)
+    assert plan_pauses(programs, Backend("b", 1000), pause_at=1.0, pause_to=0.9).pause_now == ()
+    plan = plan_pauses(programs, Backend("b", 999), pause_at=1.0, pause_to=0.9)
     assert [p.program_id for p in plan.pause_now] == ["a"]
 
 
@@ -118,9 +118,9 @@ def test_acting_programs_pause_in_the_order_the_engine_evicts_their_prefixes() -
         program("mid-new", 300, acting_since=8.0),
     ]
     # load 1000 > 900: bring it to 800 -> free 200: the one idle longest goes, however big.
-    plan = plan_pauses(programs, 900, pause_at=1.0, pause_to=0.8999)
+    plan = plan_pauses(programs, Backend("b", 900), pause_at=1.0, pause_to=0.8999)
     assert [p.program_id for p in plan.pause_now] == ["big-older"]
-    plan = plan_pauses(programs, 900, pause_at=1.0, pause_to=0.8999, order="smallest")
+    plan = plan_pauses(programs, Backend("b", 900), pause_at=1.0, pause_to=0.8999, order="smallest")
     assert [p.program_id for p in plan.pause_now] == ["small-new", "small-old"]
 
 
