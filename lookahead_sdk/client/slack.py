@@ -47,32 +47,65 @@ class ForegroundRequest:
         self._registry._advance(self, ended=True)
 
 
+# How long an announced model call (`ForegroundRegistry.expect`) holds best-effort work back if
+# it is never sent (the agent stopped after its tools instead).
+EXPECTED_WITHIN_S = 1.0
+
+
 class ForegroundRegistry:
     """Thread-safe counts of one server's latency-critical requests: in flight, and still
-    waiting for their first token. One per `ServerSession`, fed by its tagging transports."""
+    waiting for their first token. One per `ServerSession`, fed by its tagging transports, and
+    by runtimes announcing a model call they are about to make (`expect`)."""
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._inflight = 0
         self._prefilling = 0
+        self._expected: dict[str | None, float] = {}  # program -> deadline (monotonic)
 
-    def begin(self) -> ForegroundRequest:
+    def expect(self, program_id: str | None, within_s: float = EXPECTED_WITHIN_S) -> None:
+        """`program_id` is about to send a latency-critical request (its tools returned; its
+        model call is next). Until that request is sent, or `within_s` passes, it counts as one
+        waiting for its first token: best-effort work started at the same moment (a warm-up
+        of the tool output just appended) would otherwise go first and the request would wait
+        for its chunk."""
+        if within_s <= 0:
+            raise ValueError(f"within_s must be positive seconds, got {within_s}")
         with self._lock:
+            self._expected[program_id] = time.monotonic() + within_s
+
+    def begin(self, program_id: str | None = None) -> ForegroundRequest:
+        """A latency-critical request of `program_id` is sent; it is the one that program
+        announced, or (untagged) the oldest announced one."""
+        with self._lock:
+            if self._expected.pop(program_id, None) is None and program_id is None:
+                for announced in self._expected:
+                    del self._expected[announced]
+                    break
             self._inflight += 1
             self._prefilling += 1
         return ForegroundRequest(self)
 
     @property
     def inflight(self) -> int:
-        """Latency-critical requests in flight."""
+        """Latency-critical requests in flight or announced."""
         with self._lock:
-            return self._inflight
+            return self._inflight + self._announced()
 
     @property
     def prefilling(self) -> int:
-        """Latency-critical requests in flight that have not received a first token."""
+        """Latency-critical requests in flight that have not received a first token, or
+        announced."""
         with self._lock:
-            return self._prefilling
+            return self._prefilling + self._announced()
+
+    def _announced(self) -> int:
+        """Announced requests not sent yet and still due (called under the lock)."""
+        if self._expected:
+            now = time.monotonic()
+            for program_id in [p for p, due in self._expected.items() if due <= now]:
+                del self._expected[program_id]
+        return len(self._expected)
 
     def _advance(self, request: ForegroundRequest, *, ended: bool) -> None:
         """`request` got its first token (ended=False) or ended."""

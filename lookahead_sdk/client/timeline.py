@@ -1,8 +1,8 @@
 """A record of every request a `ServerSession`'s clients send, to find where a turn's time went.
 
 With `session.timeline = RequestTimeline()`, the session's tagging transports record each
-request: what it is (`RequestKind`), its program, when it was sent, when its first byte came
-back (a streamed reply's first token) and when it ended. `wait_behind` then splits a foreground
+request: what it is (`RequestKind`), its program, when it was sent, when its first output came
+back (a streamed reply's first token, `client/first_output.py`) and when it ended. `wait_behind` then splits a foreground
 request's wait for its first token by what else the server was running meanwhile, and
 `background_overlap` says how much of each background request ran while a foreground request
 waited. Times are `time.perf_counter()` seconds, the clock the agent loop stamps its turns with.
@@ -58,26 +58,26 @@ class TimelineEntry:
     program_id: str | None
     path: str
     sent_at: float
-    first_byte_at: float | None = None
+    first_output_at: float | None = None
     ended_at: float | None = None
 
     def first_token(self) -> None:
-        if self.first_byte_at is None:
-            self.first_byte_at = time.perf_counter()
+        if self.first_output_at is None:
+            self.first_output_at = time.perf_counter()
 
     def end(self) -> None:
         if self.ended_at is None:
             self.ended_at = time.perf_counter()
-            if self.first_byte_at is None:
-                self.first_byte_at = self.ended_at
+            if self.first_output_at is None:
+                self.first_output_at = self.ended_at
 
     def running(self, now: float) -> tuple[float, float]:
         """Its interval on the server's clock (an unfinished request runs until `now`)."""
         return self.sent_at, self.ended_at if self.ended_at is not None else now
 
     def prefilling(self, now: float) -> tuple[float, float]:
-        """From sent to its first byte: the wait a foreground request feels."""
-        end = self.first_byte_at if self.first_byte_at is not None else self.running(now)[1]
+        """From sent to its first output: the wait a foreground request feels."""
+        end = self.first_output_at if self.first_output_at is not None else self.running(now)[1]
         return self.sent_at, end
 
 

@@ -265,10 +265,13 @@ def tool_call_http_client(
     session: ServerSession | None = None,
     **client_kwargs: Any,
 ) -> httpx.Client:
-    """A tagging httpx client whose chat requests get tool calls by constrained decoding."""
+    """A tagging httpx client whose chat requests get tool calls by constrained decoding. The
+    tagging transport is outside: its request observers (slack gate, timeline) see the reply
+    the caller sees, whose first tool call comes once the constrained JSON names it, some
+    tokens after the server's first output."""
     client_kwargs.setdefault("timeout", DEFAULT_TIMEOUT)
-    inner = TaggingTransport(wire=wire, session=session)
-    return httpx.Client(transport=ToolCallTransport(inner), **client_kwargs)
+    transport = TaggingTransport(ToolCallTransport(), wire=wire, session=session)
+    return httpx.Client(transport=transport, **client_kwargs)
 
 
 def tool_call_async_http_client(
@@ -277,9 +280,10 @@ def tool_call_async_http_client(
     session: ServerSession | None = None,
     **client_kwargs: Any,
 ) -> httpx.AsyncClient:
+    """The async twin of `tool_call_http_client`."""
     client_kwargs.setdefault("timeout", DEFAULT_TIMEOUT)
-    inner = AsyncTaggingTransport(wire=wire, session=session)
-    return httpx.AsyncClient(transport=AsyncToolCallTransport(inner), **client_kwargs)
+    transport = AsyncTaggingTransport(AsyncToolCallTransport(), wire=wire, session=session)
+    return httpx.AsyncClient(transport=transport, **client_kwargs)
 
 
 def rendered_for_emulation(messages: Sequence[Message]) -> list[Message]:

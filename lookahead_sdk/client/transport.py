@@ -23,6 +23,7 @@ import httpx
 
 from lookahead_sdk.base.protocol import RequestTags, WireFormat, check_wire
 from lookahead_sdk.base.tags import current_tags
+from lookahead_sdk.client.first_output import FirstOutput
 from lookahead_sdk.client.slack import counts_as_foreground, is_generation_path
 from lookahead_sdk.client.timeline import request_kind
 
@@ -70,7 +71,7 @@ def tag_request(
 
 
 class ResponseObserver(Protocol):
-    """Told when a response's first bytes arrive and when it ends (`ForegroundRequest`,
+    """Told when a response's first output arrives and when it ends (`ForegroundRequest`,
     `TimelineEntry`)."""
 
     def first_token(self) -> None: ...
@@ -84,16 +85,21 @@ def _end_all(observers: Sequence[ResponseObserver]) -> None:
 
 
 class _ObservedSyncStream(httpx.SyncByteStream):
-    """A response body whose first chunk marks the first token (a streamed reply starts after
-    the prefill) and whose closing ends the request, for each observer."""
+    """A response body whose first chunk carrying output marks the first token (`FirstOutput`:
+    a streamed reply starts after the prefill, and a tool call only once parsed) and whose
+    closing ends the request, for each observer."""
 
-    def __init__(self, inner: httpx.SyncByteStream, observers: Sequence[ResponseObserver]) -> None:
-        self.inner, self.observers = inner, observers
+    def __init__(
+        self,
+        inner: httpx.SyncByteStream,
+        observers: Sequence[ResponseObserver],
+        first_output: FirstOutput,
+    ) -> None:
+        self.inner, self.observers, self.first_output = inner, observers, first_output
 
     def __iter__(self) -> Iterator[bytes]:
         for chunk in self.inner:
-            for observer in self.observers:
-                observer.first_token()
+            _on_chunk(chunk, self.first_output, self.observers)
             yield chunk
 
     def close(self) -> None:
@@ -104,13 +110,17 @@ class _ObservedSyncStream(httpx.SyncByteStream):
 
 
 class _ObservedAsyncStream(httpx.AsyncByteStream):
-    def __init__(self, inner: httpx.AsyncByteStream, observers: Sequence[ResponseObserver]) -> None:
-        self.inner, self.observers = inner, observers
+    def __init__(
+        self,
+        inner: httpx.AsyncByteStream,
+        observers: Sequence[ResponseObserver],
+        first_output: FirstOutput,
+    ) -> None:
+        self.inner, self.observers, self.first_output = inner, observers, first_output
 
     async def __aiter__(self) -> AsyncIterator[bytes]:
         async for chunk in self.inner:
-            for observer in self.observers:
-                observer.first_token()
+            _on_chunk(chunk, self.first_output, self.observers)
             yield chunk
 
     async def aclose(self) -> None:
@@ -118,6 +128,19 @@ class _ObservedAsyncStream(httpx.AsyncByteStream):
             await self.inner.aclose()
         finally:
             _end_all(self.observers)
+
+
+def _on_chunk(
+    chunk: bytes, first_output: FirstOutput, observers: Sequence[ResponseObserver]
+) -> None:
+    if not first_output.seen and first_output.feed(chunk):
+        for observer in observers:
+            observer.first_token()
+
+
+def _first_output(response: httpx.Response) -> FirstOutput:
+    streamed = response.headers.get("content-type", "").startswith("text/event-stream")
+    return FirstOutput(streamed=streamed)
 
 
 class _Tagging:
@@ -141,10 +164,10 @@ class _Tagging:
         generation = request.method == "POST" and is_generation_path(request.url.path)
         foreground = counts_as_foreground()
         observers: list[ResponseObserver] = []
+        tags = current_tags()
         if generation and foreground:
-            observers.append(session.foreground.begin())
+            observers.append(session.foreground.begin(tags.program_id if tags else None))
         if session.timeline is not None:
-            tags = current_tags()
             kind = request_kind(request.url.path, foreground=foreground, generation=generation)
             observers.append(
                 session.timeline.begin(kind, tags.program_id if tags else None, request.url.path)
@@ -172,7 +195,8 @@ class TaggingTransport(_Tagging, httpx.BaseTransport):
         except BaseException:
             _end_all(observers)
             raise
-        response.stream = _ObservedSyncStream(response.stream, observers)  # type: ignore[arg-type]
+        first_output = _first_output(response)
+        response.stream = _ObservedSyncStream(response.stream, observers, first_output)  # type: ignore[arg-type]
         return response
 
     def close(self) -> None:
@@ -199,7 +223,8 @@ class AsyncTaggingTransport(_Tagging, httpx.AsyncBaseTransport):
         except BaseException:
             _end_all(observers)
             raise
-        response.stream = _ObservedAsyncStream(response.stream, observers)  # type: ignore[arg-type]
+        first_output = _first_output(response)
+        response.stream = _ObservedAsyncStream(response.stream, observers, first_output)  # type: ignore[arg-type]
         return response
 
     async def aclose(self) -> None:

@@ -185,6 +185,10 @@ class LlamaCppWarmer(_HttpWarmer):
         self._branch(program_id).finishing = True
         return True
 
+    def model_call_next(self, program_id: str) -> None:
+        if self.gate is not None:
+            self.gate.foreground.expect(program_id)
+
     def live_prefix(self, program_id: str, share: float, shared_messages: int = 0) -> None:
         """The program's next warm-up starts with `share` (in tokens; its first `shared_messages`
         messages) of its live context (e.g. an Offload lookahead rewriting only recent outputs):

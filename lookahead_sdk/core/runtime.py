@@ -519,6 +519,9 @@ class LookaheadRuntime:
     # -- background work ---------------------------------------------------------------------
     def _on_boundary(self) -> None:
         self._growth.observe(time.monotonic(), self.main.tokens)
+        if self.main.awaits_model_call():
+            # Whatever starts below must not go to the engine ahead of that call.
+            self._hooks.model_call_next(self.program_id)
         self._drop_if_stale()
         if self._job is not None and not self._job.done():
             self.stats.superseded_boundaries += self._pending_boundary

@@ -103,6 +103,22 @@ class MainState:
         """The newest message, without building the `messages` view (O(1) on every boundary)."""
         return self._messages[-1] if self._messages else None
 
+    def awaits_model_call(self) -> bool:
+        """The model is called next: the newest message is the user's, or the last of the tool
+        outputs answering every call of the model's last turn (and no model output streams)."""
+        if self.partial_output is not None:
+            return False
+        outputs = 0
+        for message in reversed(self._messages):
+            role = message.get("role")
+            if role == "tool":
+                outputs += 1
+                continue
+            if role == "assistant":
+                return outputs > 0 and outputs >= len(message.get("tool_calls") or ())
+            return role == "user"
+        return False
+
     def __len__(self) -> int:
         return len(self._messages)
 

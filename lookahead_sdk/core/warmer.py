@@ -58,7 +58,8 @@ class WarmupSpend:
 class Warmer:
     """Pre-materializes a transformed prefix on the server; every hook but `warm` is optional.
 
-    The runtime calls, per program it serves: `attach` once; around each lookahead `live_prefix`
+    The runtime calls, per program it serves: `attach` once; `model_call_next` at each boundary
+    after which the model is called; around each lookahead `live_prefix`
     then `warm` (several times as the suffix grows), `fork_live` while the model's tools run,
     `promote` / `finish_warm_up` when a commit starts waiting for it, `lookahead_ended` when its
     work is over, `committed` after a hit; `hand_over` when a sub-agent starts from a spawned
@@ -91,6 +92,10 @@ class Warmer:
 
     def attach(self, program_id: str) -> None:
         """A runtime starts using this warmer for `program_id` (e.g. reserve server slots)."""
+
+    def model_call_next(self, program_id: str) -> None:
+        """`program_id`'s model call comes next (its tools returned): a gated warmer holds
+        best-effort work back until that request is sent (`ForegroundRegistry.expect`)."""
 
     def live_prefix(self, program_id: str, share: float, shared_messages: int = 0) -> None:
         """Before a warm-up: `share` (0..1, in tokens) of it, its first `shared_messages`
@@ -159,6 +164,9 @@ class DelegatingWarmer(Warmer):
 
     def attach(self, program_id: str) -> None:
         self.inner.attach(program_id)
+
+    def model_call_next(self, program_id: str) -> None:
+        self.inner.model_call_next(program_id)
 
     def live_prefix(self, program_id: str, share: float, shared_messages: int = 0) -> None:
         self.inner.live_prefix(program_id, share, shared_messages)

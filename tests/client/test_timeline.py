@@ -134,7 +134,7 @@ async def test_the_sessions_transports_record_every_request_with_its_kind_and_ti
                 model="m", messages=[{"role": "user", "content": "hi"}], stream=True
             )
             [foreground] = session.timeline.entries
-            assert foreground.kind == "foreground" and foreground.first_byte_at is None
+            assert foreground.kind == "foreground" and foreground.first_output_at is None
             async for _ in stream:
                 pass
         with use_tags(
@@ -150,6 +150,6 @@ async def test_the_sessions_transports_record_every_request_with_its_kind_and_ti
         kinds = [(e.kind, e.program_id) for e in session.timeline.entries]
         assert kinds == [("foreground", "p"), ("warm_up", "p"), ("slot_copy", "p")]
         for recorded in session.timeline.entries:
-            assert recorded.ended_at is not None and recorded.first_byte_at is not None
-            assert recorded.sent_at <= recorded.first_byte_at <= recorded.ended_at
+            assert recorded.ended_at is not None and recorded.first_output_at is not None
+            assert recorded.sent_at <= recorded.first_output_at <= recorded.ended_at
         assert session.foreground.inflight == 0  # the foreground count still ends

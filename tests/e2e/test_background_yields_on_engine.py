@@ -39,7 +39,7 @@ async def test_a_background_reply_yields_to_a_foreground_request_and_continues(
         entries = endpoint.session.timeline
         # Polling the timeline, which the transports fill from another task.
         while not background.done() and not any(  # noqa: ASYNC110
-            e.kind == "background_llm" and e.first_byte_at for e in entries.entries
+            e.kind == "background_llm" and e.first_output_at for e in entries.entries
         ):
             await asyncio.sleep(0.01)  # until the summary decodes
         question = f"{uuid.uuid4().hex} Say hello in five words."
@@ -56,7 +56,7 @@ async def test_a_background_reply_yields_to_a_foreground_request_and_continues(
         # The summary stopped within a token or so of the question's arrival: most of the
         # question's wait was its own prefill, not the summary's decode.
         split = wait_behind(
-            (asked.sent_at, asked.first_byte_at or asked.sent_at), "asking", entries.entries
+            (asked.sent_at, asked.first_output_at or asked.sent_at), "asking", entries.entries
         )
         assert split["background_llm"] < 0.5 * answer.ttft_s
         summaries = [e for e in entries.entries if e.kind == "background_llm"]
