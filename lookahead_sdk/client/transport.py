@@ -138,9 +138,22 @@ def _on_chunk(
             observer.first_token()
 
 
-def _first_output(response: httpx.Response) -> FirstOutput:
+def _observed(
+    response: httpx.Response,
+    observers: Sequence[ResponseObserver],
+    stream_type: type[_ObservedSyncStream] | type[_ObservedAsyncStream],
+) -> httpx.Response:
+    if response.is_closed:
+        # An inner transport read the whole body already (the tool-call emulation rebuilds a
+        # reply that was not streamed): the caller will not read this stream, and the request
+        # has its output and has ended now.
+        for observer in observers:
+            observer.first_token()
+        _end_all(observers)
+        return response
     streamed = response.headers.get("content-type", "").startswith("text/event-stream")
-    return FirstOutput(streamed=streamed)
+    response.stream = stream_type(response.stream, observers, FirstOutput(streamed=streamed))  # type: ignore[arg-type]
+    return response
 
 
 class _Tagging:
@@ -195,9 +208,7 @@ class TaggingTransport(_Tagging, httpx.BaseTransport):
         except BaseException:
             _end_all(observers)
             raise
-        first_output = _first_output(response)
-        response.stream = _ObservedSyncStream(response.stream, observers, first_output)  # type: ignore[arg-type]
-        return response
+        return _observed(response, observers, _ObservedSyncStream)
 
     def close(self) -> None:
         self.inner.close()
@@ -223,9 +234,7 @@ class AsyncTaggingTransport(_Tagging, httpx.AsyncBaseTransport):
         except BaseException:
             _end_all(observers)
             raise
-        first_output = _first_output(response)
-        response.stream = _ObservedAsyncStream(response.stream, observers, first_output)  # type: ignore[arg-type]
-        return response
+        return _observed(response, observers, _ObservedAsyncStream)
 
     async def aclose(self) -> None:
         await self.inner.aclose()

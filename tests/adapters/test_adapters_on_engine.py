@@ -328,6 +328,8 @@ def test_examples_run_end_to_end(example: str, embedded_engine: Any, tmp_path: A
     traced = sum(sum(causes.values()) for causes in document["turn_wait_s"].values())
     assert traced == pytest.approx(sum(row["ttft_s"] for row in timed), abs=1e-6)
     assert document["turn_wait_s"]["normal"]["alone"] > 0
+    # One agent: no other request beside its turns (a request never seen to end would be).
+    assert all(causes["other_foreground"] == 0 for causes in document["turn_wait_s"].values())
     assert set(document["background"]) == {"warm_up", "background_llm", "slot_copy"}
 
 

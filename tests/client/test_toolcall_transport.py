@@ -296,3 +296,40 @@ def test_error_replies_pass_through(status: int) -> None:
     )
     with pytest.raises(Exception, match="bad"):
         client.chat.completions.create(model="m", messages=HISTORY, tools=TOOLS)
+
+
+@pytest.mark.parametrize("stream", [False, True])
+async def test_an_emulated_reply_ends_its_foreground_request_streamed_or_not(stream: bool) -> None:
+    """The tagging transport sits outside the emulation. A reply it rebuilds whole (not
+    streamed) arrives already read: the request must still count as answered and ended, or
+    the slack gate would hold best-effort work for good (AutoGen's agent does not stream)."""
+    from lookahead_sdk import RequestTags, ServerSession, use_tags
+    from lookahead_sdk.client.timeline import RequestTimeline
+    from lookahead_sdk.client.transport import AsyncTaggingTransport
+
+    session = ServerSession("http://engine")
+    session.timeline = RequestTimeline()
+    transport = AsyncTaggingTransport(
+        AsyncToolCallTransport(httpx.MockTransport(Upstream(CALL_REPLY))), session=session
+    )
+    client = AsyncOpenAI(
+        base_url="http://engine/v1",
+        api_key="x",
+        http_client=httpx.AsyncClient(transport=transport),
+        max_retries=0,
+    )
+    with use_tags(RequestTags("p")):
+        if stream:
+            reply = await client.chat.completions.create(
+                model="m", messages=HISTORY, tools=TOOLS, stream=True
+            )
+            chunks = [chunk async for chunk in reply]
+            assert any(c.choices[0].delta.tool_calls for c in chunks if c.choices)
+        else:
+            reply = await client.chat.completions.create(model="m", messages=HISTORY, tools=TOOLS)
+            assert reply.choices[0].message.tool_calls
+    await client.close()
+    assert (session.foreground.inflight, session.foreground.prefilling) == (0, 0)
+    (entry,) = session.timeline.entries
+    assert entry.kind == "foreground" and entry.ended_at is not None
+    assert entry.first_output_at is not None and entry.first_output_at <= entry.ended_at
