@@ -22,6 +22,7 @@ pytestmark = pytest.mark.engine
 LONG_WORDS = 1400  # a best-effort prompt of ~7K tokens, far from done when measured
 SHORT_WORDS = 2
 SAMPLES = 6
+ONE_SMALL_BATCH_S = 0.05  # an 8-token batch at 1-2K tokens of context on this CPU, with margin
 
 
 def fresh_prompt(words: int) -> str:
@@ -71,4 +72,8 @@ async def test_a_foreground_prompt_waits_for_one_small_best_effort_batch(
     own = statistics.median(alone)
     behind_small = statistics.mean(capped) - own
     behind_engine = statistics.mean(engine_batches) - own
-    assert behind_small < 0.5 * behind_engine, (alone, capped, engine_batches)
+    # Where the engine's own batches cost the foreground prompt little (a fresh CI run measured
+    # 9 ms: it landed between batches), half of that is noise; one 8-token batch is still
+    # bounded (16 tokens take 42-105 ms on this CPU).
+    bound = max(0.5 * behind_engine, ONE_SMALL_BATCH_S)
+    assert behind_small < bound, (alone, capped, engine_batches)
