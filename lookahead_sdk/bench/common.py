@@ -1,4 +1,4 @@
-"""Small helpers shared by the benchmarks: JSON output, plots, progress, percentiles."""
+"""Small helpers shared by the benchmarks: JSON output, plots, progress, percentiles, ports."""
 
 from __future__ import annotations
 
@@ -6,6 +6,7 @@ import json
 import math
 import os
 import platform
+import socket
 import subprocess
 import sys
 from collections.abc import Sequence
@@ -145,3 +146,10 @@ def save_figure(figure: Any, path: str | Path) -> Path:
     figure.savefig(path, dpi=120)
     plt.close(figure)
     return path
+
+
+def free_port() -> int:
+    """A TCP port on 127.0.0.1 that nothing listens on now, for a server a bench starts."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]

@@ -50,13 +50,14 @@ from lookahead_sdk.base.args import (
 from lookahead_sdk.base.tokens import TokenCounter, auto_token_counter
 from lookahead_sdk.bench.common import (
     compact_table,
+    free_port,
     new_figure,
     percentile,
     progress,
     save_figure,
     write_json,
 )
-from lookahead_sdk.bench.router_overhead import free_port, serve_process
+from lookahead_sdk.bench.router_overhead import serve_process
 from lookahead_sdk.client.transport import tagged_async_http_client
 from lookahead_sdk.engine.config import DEFAULT_PORT, KV_PAD, MODEL_CONTEXT, EngineConfig
 from lookahead_sdk.engine.model import DEFAULT_QUANTIZATION, MODEL_NAME

@@ -11,7 +11,6 @@ import argparse
 import asyncio
 import contextlib
 import os
-import socket
 import statistics
 import subprocess
 import sys
@@ -23,7 +22,7 @@ from typing import Any
 import httpx
 
 from lookahead_sdk.base.args import positive_float, positive_int
-from lookahead_sdk.bench.common import percentile, write_json
+from lookahead_sdk.bench.common import free_port, percentile, write_json
 
 TARGET_P50_MS = 2.0
 TARGET_P99_MS = 10.0
@@ -44,12 +43,6 @@ class OverheadSettings:
         for name in ("streams", "requests_per_stream", "prompt_words", "max_tokens"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 @contextlib.contextmanager

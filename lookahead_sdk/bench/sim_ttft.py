@@ -13,7 +13,6 @@ import argparse
 import asyncio
 import contextlib
 import json
-import socket
 import subprocess
 import sys
 import time
@@ -36,6 +35,7 @@ from lookahead_sdk.base.args import (
 )
 from lookahead_sdk.bench.common import (
     compact_table,
+    free_port,
     new_figure,
     percentile,
     progress,
@@ -54,12 +54,22 @@ class SimServerProcess:
     base_url: str
 
     @classmethod
-    def start(cls, args: argparse.Namespace, port: int) -> SimServerProcess:
+    def start(
+        cls,
+        *,
+        profile: str,
+        kv_tokens: int,
+        port: int,
+        time_scale: float,
+        max_tokens: int,
+        mode: str = "colocated",
+    ) -> SimServerProcess:
+        """`lookahead-sdk sim serve` with lookahead-aware admission, once it answers /health."""
         command = [
             sys.executable, "-m", "lookahead_sdk.cli", "sim", "serve",
-            "--profile", args.profile, "--kv-tokens", str(args.kv_tokens),
-            "--port", str(port), "--mode", args.mode, "--policy", "lookahead",
-            "--time-scale", str(args.time_scale), "--default-max-tokens", str(args.max_tokens),
+            "--profile", profile, "--kv-tokens", str(kv_tokens),
+            "--port", str(port), "--mode", mode, "--policy", "lookahead",
+            "--time-scale", str(time_scale), "--default-max-tokens", str(max_tokens),
         ]  # fmt: skip
         process = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
         server = cls(process, f"http://127.0.0.1:{port}")
@@ -147,7 +157,14 @@ def run(args: argparse.Namespace) -> int:
 
     console = Console()
     agent_counts, strategies = list(args.agents), list(args.strategies)
-    server = SimServerProcess.start(args, args.port or _free_port())
+    server = SimServerProcess.start(
+        profile=args.profile,
+        kv_tokens=args.kv_tokens,
+        port=args.port or free_port(),
+        time_scale=args.time_scale,
+        max_tokens=args.max_tokens,
+        mode=args.mode,
+    )
     runs: list[dict[str, Any]] = []
     raw: list[dict[str, Any]] = []
     try:
@@ -273,12 +290,6 @@ def _plot(
         axis.set_title(strategy)
         axis.legend()
     save_figure(figure, path)
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 def load_runs(path: str | Path) -> list[dict[str, Any]]:

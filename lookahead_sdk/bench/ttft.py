@@ -2,8 +2,10 @@
 
 Each (strategy, mode) run drives the reference agents over the same seeded workload. On the
 embedded engine every run starts from a freshly started server, so no run inherits another's
-prefix cache (same seeds mean same prompts). Against --base-url, llama.cpp slots are erased
-between runs when the server allows it.
+prefix cache (same seeds mean same prompts). On the simulator (--sim PROFILE: the same run on a
+simulated GPU, e.g. an H200, where the engine leaves slack) the server's cache is flushed
+between runs. Against --base-url, llama.cpp slots are erased between runs when the server allows
+it.
 """
 
 from __future__ import annotations
@@ -38,16 +40,20 @@ from lookahead_sdk.base.args import (
 )
 from lookahead_sdk.bench.common import (
     compact_table,
+    free_port,
     new_figure,
     p50,
     progress,
     save_figure,
     write_json,
 )
+from lookahead_sdk.bench.sim_ttft import SimServerProcess
 from lookahead_sdk.bench.ttft_targets import FEW_TURNS, TurnLists, targets_tables
 from lookahead_sdk.bench.ttft_waits import WAITS_LEGEND, has_waits, waits_tables
 from lookahead_sdk.client.slack import DEFAULT_GATE_ADMISSION, GATE_ADMISSIONS, GateAdmission
+from lookahead_sdk.engine.config import MODEL_CONTEXT
 from lookahead_sdk.errors import ConfigurationError
+from lookahead_sdk.scheduling.profiles import latency_profile
 
 if TYPE_CHECKING:
     from lookahead_sdk.engine.errors import EngineExitedError
@@ -58,11 +64,14 @@ MODES = ("sync", "lookahead")
 # like llama.cpp on a CPU, is saturated while it serves a request.
 DEFAULT_TOOL_LATENCY_S = 2.0
 DEFAULT_STEPS = 28  # the paper's workload length
+DEFAULT_SIM_KV_TOKENS = 400_000  # an 8B model's KV pool on one 80-141 GB GPU, as `bench sim-ttft`
 
 
 @dataclass(frozen=True)
 class TtftBenchConfig:
-    base_url: str | None = None  # None: the embedded engine
+    base_url: str | None = None  # None: the embedded engine, or the simulator with `sim_profile`
+    sim_profile: str | None = None  # a latency profile: run on `lookahead-sdk sim serve`
+    sim_kv_tokens: int = DEFAULT_SIM_KV_TOKENS
     agents: int = 1
     steps: int = DEFAULT_STEPS
     # Each isolate step is a delegation: a transform turn, and twice a read step's time (the
@@ -98,6 +107,8 @@ class TtftBenchConfig:
             raise ValueError(f"modes must be among {MODES}, got {list(self.modes)}")
         if self.isolate_steps is not None and self.isolate_steps < 1:
             raise ValueError(f"isolate_steps must be >= 1, got {self.isolate_steps}")
+        if self.sim_profile is not None and self.base_url is not None:
+            raise ValueError("base_url and sim_profile exclude each other: pick one server")
 
     def steps_for(self, strategy: str) -> int:
         if strategy != "isolate":
@@ -107,6 +118,9 @@ class TtftBenchConfig:
 
 class EmbeddedEngine:
     """Starts (and restarts, for a clean cache) the embedded llama-server sized for the agents."""
+
+    warmer = "llamacpp"
+    default_window_tokens = None  # llama.cpp says (/props)
 
     def __init__(self, agents: int, port: int, threads: int | None = None) -> None:
         from lookahead_sdk.engine.config import EngineConfig
@@ -133,6 +147,56 @@ class EmbeddedEngine:
     def exit_error(self) -> EngineExitedError | None:
         """The error saying the engine stopped (naming its log) if it has exited, else None."""
         return self.handle.exit_error() if self.handle is not None else None
+
+    @property
+    def description(self) -> str | None:
+        return None  # the server says what it is (llama.cpp /props)
+
+    @property
+    def threads(self) -> int | None:
+        return self.config.threads
+
+
+class SimulatedEngine:
+    """`lookahead-sdk sim serve` with a latency profile, in real time (one simulated second per
+    wall second, so tool waits and engine time share a clock); its cache is flushed between
+    runs."""
+
+    warmer = "sglang"
+    threads = None
+    # The embedded engine's per-slot context by default, so that --sim repeats its run.
+    default_window_tokens = MODEL_CONTEXT
+
+    def __init__(self, profile: str, kv_tokens: int, max_tokens: int) -> None:
+        self.profile, self.kv_tokens, self.max_tokens = profile, kv_tokens, max_tokens
+        self.server: SimServerProcess | None = None
+
+    @property
+    def description(self) -> str:
+        return f"simulator ({self.profile}, {self.kv_tokens} KV tokens, real time)"
+
+    def restart(self) -> str:
+        if self.server is None:
+            self.server = SimServerProcess.start(
+                profile=self.profile,
+                kv_tokens=self.kv_tokens,
+                port=free_port(),
+                time_scale=1.0,
+                max_tokens=self.max_tokens,
+            )
+        else:
+            self.server.flush()
+        return self.server.base_url
+
+    def stop(self) -> None:
+        if self.server is not None:
+            self.server.stop()
+            self.server = None
+
+    def exit_error(self) -> RuntimeError | None:
+        if self.server is None or (code := self.server.process.poll()) is None:
+            return None
+        return RuntimeError(f"the simulator (sim serve) exited with code {code}")
 
 
 def server_facts(base_url: str) -> dict[str, Any]:
@@ -176,25 +240,29 @@ async def run_ttft_bench(
     on_turn: Callable[[TurnRecord], None] | None = None,
     on_run: Callable[[str, str], None] | None = None,
 ) -> dict[str, Any]:
-    engine = (
-        EmbeddedEngine(config.agents, config.port, config.engine_threads)
-        if config.base_url is None
-        else None
-    )
+    engine: EmbeddedEngine | SimulatedEngine | None = None
+    if config.sim_profile is not None:
+        engine = SimulatedEngine(config.sim_profile, config.sim_kv_tokens, config.max_tokens)
+    elif config.base_url is None:
+        engine = EmbeddedEngine(config.agents, config.port, config.engine_threads)
     base_url = engine.restart() if engine else str(config.base_url).rstrip("/").removesuffix("/v1")
     try:
         facts = server_facts(base_url)
-        window = config.window_tokens or facts["window_tokens"]
+        window = (
+            config.window_tokens
+            or facts["window_tokens"]
+            or (engine.default_window_tokens if engine else None)
+        )
         if window is None:
             raise ConfigurationError(
                 "the server does not report its context window: pass --window-tokens N"
             )
         warmer = config.warmer or (
-            "llamacpp" if engine or "llama.cpp" in facts["engine"] else "openai"
+            engine.warmer if engine else "llamacpp" if "llama.cpp" in facts["engine"] else "openai"
         )
         document: dict[str, Any] = {
-            "engine": facts["engine"],
-            "engine_threads": engine.config.threads if engine else None,
+            "engine": (engine and engine.description) or facts["engine"],
+            "engine_threads": engine.threads if engine else None,
             "model": facts["model"],
             "agents": config.agents,
             "steps": config.steps,
@@ -455,6 +523,8 @@ async def run_with_progress(config: TtftBenchConfig) -> dict[str, Any]:
 def main(args: argparse.Namespace) -> int:
     config = TtftBenchConfig(
         base_url=None if args.embedded else args.base_url,
+        sim_profile=args.sim,
+        sim_kv_tokens=args.sim_kv_tokens,
         agents=args.agents,
         steps=args.steps,
         isolate_steps=args.isolate_steps,
@@ -490,6 +560,19 @@ def register(bench_subparsers: argparse._SubParsersAction) -> None:
     )
     target.add_argument(
         "--embedded", action="store_true", help="the embedded llama.cpp engine (default)"
+    )
+    target.add_argument(
+        "--sim",
+        type=latency_profile,
+        metavar="PROFILE",
+        help="the simulator with this latency profile (e.g. h200-qwen3-8b), in real time: the "
+        "same run on a GPU-class engine; the window defaults to the embedded engine's",
+    )
+    parser.add_argument(
+        "--sim-kv-tokens",
+        type=positive_int,
+        default=DEFAULT_SIM_KV_TOKENS,
+        help=f"the simulator's KV pool in tokens (default: {DEFAULT_SIM_KV_TOKENS})",
     )
     add_run_arguments(parser, tool_latency_s=DEFAULT_TOOL_LATENCY_S)
     parser.add_argument("--warmer", choices=("openai", "llamacpp", "sglang"))

@@ -542,7 +542,7 @@ class LookaheadRuntime:
         elif (
             lookahead.status is LookaheadStatus.READY
             and not self.commit_due
-            and abs(self._growth_misfit(at_commit=False)) > self._one_turn_tokens()
+            and self._regrow_pays()
         ):
             # Redone now, in the background, rather than resized on the commit's critical path.
             self.stats.regrown_lookaheads += 1
@@ -756,6 +756,27 @@ class LookaheadRuntime:
         unwarmed = sum(count_message(main.token_counter, m) for m in messages[position:])
         return messages, unwarmed
 
+    def _regrow_pays(self) -> bool:
+        """Whether a ready result is redone now: it keeps more than a turn less than a lookahead
+        started now would (redone rather than widened at the commit), or more than a turn more;
+        or it started so far ahead that it kept none of the history it saw (all it would commit
+        verbatim is what arrived since) while a lookahead started now keeps part of it. Committed
+        as it is, that result would keep every turn since its start: a whole turn or more over a
+        synchronous commit's size, so each later turn is longer and the next commit comes
+        sooner. Within a turn otherwise: which way a turn boundary falls is noise."""
+        misfit = self._growth_misfit(at_commit=False)
+        if abs(misfit) > self._one_turn_tokens():
+            return True
+        lookahead = self.lookahead
+        if misfit <= 0 or lookahead.kept_from is None:
+            return False
+        kept_from = self._kept_from_now(synchronous=False)
+        return (
+            lookahead.kept_from >= lookahead.last_segment_end
+            and kept_from is not None
+            and kept_from < len(self.main)
+        )
+
     def _one_turn_tokens(self) -> int:
         """The slack a lookahead commit has against a synchronous one: one turn, as large as the
         largest of the last few or the newest (whose outputs no background work can foresee,
@@ -784,10 +805,12 @@ class LookaheadRuntime:
         if not ahead:
             return round(remaining + overshoot)
         # Decided as a model turn ends: after the model's next message when no tools are
-        # pending (an outputs boundary); that turn's outputs arrive before the commit.
+        # pending (an outputs boundary); that turn's outputs (a turn less its reply, already
+        # in the history when the commit is decided) arrive before the commit.
+        outputs = max(0, mean - self.main.last_reply_tokens)
         if not self._tools_pending():
             remaining = max(0, remaining - self.main.last_reply_tokens)
-        return round(remaining + overshoot + mean)
+        return round(remaining + overshoot + outputs)
 
     def _commit_deadline_ms(self) -> int | None:
         """When the commit is expected (ms from now), from the policy's distance to its trigger

@@ -114,3 +114,27 @@ def test_bench_ttft_document_on_the_embedded_engine(embedded_engine, tmp_path: P
     json.dumps(document, allow_nan=False)  # the JSON file is strict JSON
     assert plot(document, tmp_path / "ttft.png").stat().st_size > 10_000
     print_table(document)
+
+
+def test_bench_ttft_runs_the_same_workload_on_the_simulator() -> None:
+    """--sim: the simulator started as a child, its cache flushed between runs, the window the
+    embedded engine's unless given, the SGLang warmer; both modes of a strategy commit alike."""
+    config = TtftBenchConfig(
+        sim_profile="h200-qwen3-8b",
+        strategies=("keep_recent",),
+        steps=9,
+        window_tokens=2048,
+        tool_output_tokens=(100, 120),
+        large_output_every=0,
+        tool_latency_s=0.2,
+        max_tokens=4,
+    )
+    document = asyncio.run(run_ttft_bench(config))
+
+    assert document["engine"].startswith("simulator (h200-qwen3-8b")
+    assert document["warmer"] == "sglang" and document["window_tokens"] == 2048
+    sync, look = document["strategies"]["keep_recent"].values()
+    assert sync["transform_turns"] == look["transform_turns"] >= 1
+    assert look["lookahead_hits"] >= 1 and look["stale"] == 0
+    with pytest.raises(ValueError, match="base_url and sim_profile"):
+        TtftBenchConfig(base_url="http://127.0.0.1:1", sim_profile="h200-qwen3-8b")

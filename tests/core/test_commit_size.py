@@ -112,8 +112,9 @@ def test_runs_make_as_many_commits_as_synchronous_ones_and_hit(
 ) -> None:
     """Fixed workloads, so the counts are exact. A commit within a turn of the synchronous size
     can move the next commit by a turn, so a run may end between a commit and its synchronous
-    counterpart; over twenty runs the counts agree. (Before, a lookahead kept up to four turns
-    more than a synchronous commit: Summarize runs made 29-42% more commits.) Resizing keeps
+    counterpart; over twenty runs the counts agree within 3%. (Before, a lookahead kept up to
+    four turns more than a synchronous commit: Summarize runs made 29-42% more commits; then,
+    with a result that started too far ahead committed a turn over, up to 4.3% more.) Resizing keeps
     every commit a hit: a result short of turns gets them back, none falls back."""
     looked_total = synced_total = hits = 0
     for seed in range(20):
@@ -125,7 +126,7 @@ def test_runs_make_as_many_commits_as_synchronous_ones_and_hit(
         looked_total += looked.commits
         synced_total += synced.commits
         hits += looked.hits
-    assert abs(looked_total - synced_total) <= 0.05 * synced_total, (looked_total, synced_total)
+    assert abs(looked_total - synced_total) <= 0.03 * synced_total, (looked_total, synced_total)
     assert hits == looked_total, (hits, looked_total)
 
 
@@ -180,3 +181,21 @@ def test_a_saved_ready_result_keeps_where_its_kept_suffix_begins() -> None:
         await second.aclose()
 
     asyncio.run(scenario())
+
+
+@pytest.mark.parametrize(("budget", "output"), [(500, 120), (600, 150)])
+def test_a_result_started_so_far_ahead_that_it_kept_nothing_is_redone_to_the_synchronous_size(
+    budget: int, output: int
+) -> None:
+    """The lookahead starts more turns ahead than its budget holds: its result keeps none of
+    the history, so committed as it is it would keep every turn since, a turn over the
+    synchronous size (the next commit a turn sooner; on a CPU engine every later turn longer).
+    It is redone once a lookahead started then keeps part of the history."""
+    policy = KeepRecent(budget=budget, hard_limit=2000, lookahead_at=900)
+    looked = asyncio.run(run(policy, "lookahead", [output] * 30))
+    synced = asyncio.run(run(policy, "sync", [output] * 30))
+    assert looked.regrown >= 1
+    assert looked.commits == synced.commits >= 2 and looked.hits == looked.commits
+    assert [committed - synchronous for committed, synchronous in looked.sizes] == [0] * len(
+        looked.sizes
+    )
