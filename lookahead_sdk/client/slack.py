@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import threading
 import time
+from collections import deque
 from collections.abc import Callable
 from typing import Literal
 from urllib.parse import urlsplit
@@ -35,8 +36,9 @@ class ForegroundRequest:
     """One latency-critical request in flight: waiting for its first token (prefill), then
     decoding, then ended. Each transition counts once, whatever order the callbacks come in."""
 
-    def __init__(self, registry: ForegroundRegistry) -> None:
+    def __init__(self, registry: ForegroundRegistry, program_id: str | None = None) -> None:
         self._registry = registry
+        self.program_id = program_id
         self.decoding = self.ended = False
 
     def first_token(self) -> None:
@@ -50,6 +52,10 @@ class ForegroundRequest:
 # How long an announced model call (`ForegroundRegistry.expect`) holds best-effort work back if
 # it is never sent (the agent stopped after its tools instead).
 EXPECTED_WITHIN_S = 1.0
+# Per program, the gaps between its requests (its tool calls, mostly) that forecast its next one.
+GAPS_KEPT = 16
+GAPS_TO_FORECAST = 4  # fewer observed: no forecast for that program
+PROGRAMS_FORECAST = 1024  # idle programs tracked; beyond it the longest idle is forgotten
 
 
 class ForegroundRegistry:
@@ -62,6 +68,9 @@ class ForegroundRegistry:
         self._inflight = 0
         self._prefilling = 0
         self._expected: dict[str | None, float] = {}  # program -> deadline (monotonic)
+        self._inflight_by_program: dict[str, int] = {}
+        self._idle_since: dict[str, float] = {}  # program with none in flight -> since when
+        self._gaps: dict[str, deque[float]] = {}  # program -> its recent idle gaps (seconds)
 
     def expect(self, program_id: str | None, within_s: float = EXPECTED_WITHIN_S) -> None:
         """`program_id` is about to send a latency-critical request (its tools returned; its
@@ -84,7 +93,36 @@ class ForegroundRegistry:
                     break
             self._inflight += 1
             self._prefilling += 1
-        return ForegroundRequest(self)
+            if program_id is not None:
+                idle_since = self._idle_since.pop(program_id, None)
+                if idle_since is not None:
+                    gaps = self._gaps.setdefault(program_id, deque(maxlen=GAPS_KEPT))
+                    gaps.append(time.monotonic() - idle_since)
+                count = self._inflight_by_program.get(program_id, 0)
+                self._inflight_by_program[program_id] = count + 1
+        return ForegroundRequest(self, program_id)
+
+    def seconds_until_next_request(self) -> float | None:
+        """A cautious forecast of when the next latency-critical request arrives: over the
+        programs with none in flight, the soonest of (a low quantile of that program's own
+        recent gaps between requests, its tool calls mostly) less the time it has been idle; 0
+        when one is due, None when nothing forecasts one (no history yet, every program busy,
+        or idle for over twice its longest gap: it stopped, or this tool call is unlike the
+        earlier ones). Best-effort chunks are sized to end before it (`ChunkSizer`)."""
+        now = time.monotonic()
+        soonest: float | None = None
+        with self._lock:
+            for program_id, idle_since in self._idle_since.items():
+                gaps = self._gaps.get(program_id)
+                if gaps is None or len(gaps) < GAPS_TO_FORECAST:
+                    continue
+                idle_s = now - idle_since
+                if idle_s > 2 * max(gaps):
+                    continue
+                low = sorted(gaps)[len(gaps) // 10]
+                left = max(0.0, low - idle_s)
+                soonest = left if soonest is None else min(soonest, left)
+        return soonest
 
     @property
     def inflight(self) -> int:
@@ -118,6 +156,17 @@ class ForegroundRegistry:
             if ended:
                 request.ended = True
                 self._inflight -= 1
+                program_id = request.program_id
+                if program_id is not None:
+                    left = self._inflight_by_program.pop(program_id, 1) - 1
+                    if left > 0:
+                        self._inflight_by_program[program_id] = left
+                    else:
+                        self._idle_since[program_id] = time.monotonic()
+                        if len(self._idle_since) > PROGRAMS_FORECAST:  # idle the longest: gone
+                            forgotten = next(iter(self._idle_since))
+                            del self._idle_since[forgotten]
+                            self._gaps.pop(forgotten, None)
 
 
 def counts_as_foreground() -> bool:
@@ -234,8 +283,12 @@ class ChunkSizer:
         self.smoothing = smoothing
         self.tokens_per_s = initial_tokens_per_s
 
-    def next_tokens(self) -> int:
-        return max(self.min_tokens, min(self.max_tokens, int(self.tokens_per_s * self.target_s)))
+    def next_tokens(self, within_s: float | None = None) -> int:
+        """Tokens for the next chunk: `target_s` of prefill, or less when a foreground request
+        is forecast within `within_s` (`ForegroundRegistry.seconds_until_next_request`), so the
+        chunk ends before it arrives; never fewer than `min_tokens`."""
+        target_s = self.target_s if within_s is None else min(self.target_s, within_s)
+        return max(self.min_tokens, min(self.max_tokens, int(self.tokens_per_s * target_s)))
 
     def observe(self, tokens: int, seconds: float) -> None:
         """A chunk prefilled `tokens` new tokens in `seconds` of engine time."""

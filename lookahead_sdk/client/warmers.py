@@ -126,7 +126,9 @@ class LlamaCppWarmer(_HttpWarmer):
     """llama.cpp has no request priorities, so with a `SlackGate` the warm-up goes out in chunks,
     each only when the gate finds slack (slack admission done on the client, see `slack`); each
     chunk extends the cached prefix of the previous one in the same slot. Chunks are sized to
-    take about `chunk_target_s` at the engine's measured prefill rate (`ChunkSizer`): a chunk in
+    take about `chunk_target_s` at the engine's measured prefill rate (`ChunkSizer`), less when
+    the session forecasts a foreground request sooner (from its programs' recent gaps between
+    requests, so a chunk sent late in a tool call ends before the call can return): a chunk in
     flight when a foreground request arrives delays it by up to that much. Programs attached to
     it get a slot pair (see `llamacpp_slots`): the warm-up is built in the program's branch slot,
     never over its live context. Slot placement needs a session that knows the server's slots
@@ -406,7 +408,11 @@ class LlamaCppWarmer(_HttpWarmer):
             if self.session.slots is not None:
                 self.session.slots.mirror_live(program_id, False)
             # Without a gate nothing makes room for foreground work: one request does it all.
-            chunk = self.chunks.next_tokens() if self.gate is not None else len(ids)
+            chunk = (
+                self.chunks.next_tokens(self.session.foreground.seconds_until_next_request())
+                if self.gate is not None
+                else len(ids)
+            )
             start, end = end, min(len(ids), end + chunk)
             spend.prefilled_tokens += end - start  # computed even if this request is cancelled
             prefilled, _ = await self._prefill(ids[:end])

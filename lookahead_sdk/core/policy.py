@@ -136,9 +136,9 @@ class ContextPolicy(ABC):
         expected_growth_tokens`) verbatim: the index where that kept suffix begins, computed
         without running the transform. The runtime compares it with where a synchronous commit
         would begin, redoes a ready result that kept more than a turn more or less (or kept none
-        of the history it saw), and resizes one that is still more than a turn off at the
-        commit, so lookahead commits are the size synchronous ones are. None (the default): the
-        result does not depend on growth."""
+        of the history it saw and would commit more), and resizes one that is still more than a
+        turn off at the commit, so lookahead commits are the size synchronous ones are. None
+        (the default): the result does not depend on growth."""
         return None
 
     def should_lookahead(self, main: MainState, lookahead: LookaheadState) -> bool:

@@ -757,25 +757,28 @@ class LookaheadRuntime:
         return messages, unwarmed
 
     def _regrow_pays(self) -> bool:
-        """Whether a ready result is redone now: it keeps more than a turn less than a lookahead
-        started now would (redone rather than widened at the commit), or more than a turn more;
-        or it started so far ahead that it kept none of the history it saw (all it would commit
-        verbatim is what arrived since) while a lookahead started now keeps part of it. Committed
-        as it is, that result would keep every turn since its start: a whole turn or more over a
-        synchronous commit's size, so each later turn is longer and the next commit comes
-        sooner. Within a turn otherwise: which way a turn boundary falls is noise."""
+        """Whether a ready result is redone now: it keeps over a turn more or less than a
+        lookahead started now would; or it kept none of the history it saw (it started so far
+        ahead that all the commit keeps verbatim is what arrived since), the commit it would
+        make keeps over half a turn more than a synchronous one, and a result made now would
+        not. Committed as it is, such a result keeps every turn since its start, so each later
+        turn is longer and the next commit comes sooner; redone sooner, it would be again."""
+        one_turn = self._one_turn_tokens()
         misfit = self._growth_misfit(at_commit=False)
-        if abs(misfit) > self._one_turn_tokens():
+        if abs(misfit) > one_turn:
             return True
-        lookahead = self.lookahead
+        lookahead, main = self.lookahead, self.main
         if misfit <= 0 or lookahead.kept_from is None:
             return False
-        kept_from = self._kept_from_now(synchronous=False)
-        return (
-            lookahead.kept_from >= lookahead.last_segment_end
-            and kept_from is not None
-            and kept_from < len(self.main)
-        )
+        if lookahead.kept_from < lookahead.last_segment_end:
+            return False  # it kept part of the history: within a turn is as close as it gets
+        synchronous_from = self._kept_from_now(synchronous=True)
+        if synchronous_from is None:
+            return False
+        synchronous_keeps = main.tokens_between(synchronous_from)
+        growth = self._expected_growth_until_commit()
+        as_it_is = main.tokens_between(lookahead.last_segment_end) + growth
+        return as_it_is - synchronous_keeps > one_turn / 2 >= growth - synchronous_keeps
 
     def _one_turn_tokens(self) -> int:
         """The slack a lookahead commit has against a synchronous one: one turn, as large as the

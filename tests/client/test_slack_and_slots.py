@@ -11,7 +11,7 @@ from lookahead_sdk import RequestTags, ServerSession, use_tags
 from lookahead_sdk.base.tags import BackgroundWork, doing
 from lookahead_sdk.client.llamacpp_slots import SlotPairs
 from lookahead_sdk.client.session import ServerFacts
-from lookahead_sdk.client.slack import BatchSizer, ForegroundRegistry, SlackGate
+from lookahead_sdk.client.slack import BatchSizer, ChunkSizer, ForegroundRegistry, SlackGate
 
 from ..support.recording_proxy import RecordingProxy
 
@@ -353,3 +353,67 @@ async def test_a_copy_of_the_live_slot_waits_while_a_foreground_prompt_is_prefil
         prefilling.end()
         warmer.detach("p")
         await warmer.aclose()
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def idle_gaps(registry: ForegroundRegistry, clock: Clock, program_id: str, gaps: list[float]):
+    """`program_id` makes a request after each gap (its tool calls)."""
+    for gap in gaps:
+        clock.now += gap
+        request = registry.begin(program_id)
+        request.first_token()
+        request.end()
+
+
+def test_the_next_foreground_request_is_forecast_from_each_programs_own_gaps(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    clock = Clock()
+    monkeypatch.setattr("lookahead_sdk.client.slack.time.monotonic", clock)
+    registry = ForegroundRegistry()
+    registry.begin("agent").end()
+    idle_gaps(registry, clock, "agent", [2.0, 2.0, 2.0])
+    assert registry.seconds_until_next_request() is None  # three gaps: too few to forecast
+    idle_gaps(registry, clock, "agent", [2.5, 3.0, 2.2, 1.5])
+    clock.now += 0.5
+    assert registry.seconds_until_next_request() == pytest.approx(1.0)  # shortest gap 1.5 s
+    clock.now += 1.5
+    assert registry.seconds_until_next_request() == 0.0  # due: the tool may return any moment
+    clock.now += 5.0  # idle over twice its longest gap: no forecast, it is unlike the others
+    assert registry.seconds_until_next_request() is None
+
+    in_flight = registry.begin("agent")  # a program with a request in flight forecasts nothing
+    assert registry.seconds_until_next_request() is None
+    registry.begin("other").end()
+    idle_gaps(registry, clock, "other", [4.0] * 4)
+    clock.now += 1.0
+    assert registry.seconds_until_next_request() == pytest.approx(3.0)
+    in_flight.end()
+    assert registry.seconds_until_next_request() == pytest.approx(1.5)  # the soonest program
+    assert registry.inflight == registry.prefilling == 0
+
+
+def test_forecasts_forget_the_programs_idle_longest(monkeypatch: pytest.MonkeyPatch) -> None:
+    clock = Clock()
+    monkeypatch.setattr("lookahead_sdk.client.slack.time.monotonic", clock)
+    monkeypatch.setattr("lookahead_sdk.client.slack.PROGRAMS_FORECAST", 3)
+    registry = ForegroundRegistry()
+    for number in range(5):
+        registry.begin(f"agent-{number}").end()
+        idle_gaps(registry, clock, f"agent-{number}", [1.0] * 4)
+    assert list(registry._idle_since) == ["agent-2", "agent-3", "agent-4"]
+    assert set(registry._gaps) == {"agent-2", "agent-3", "agent-4"}
+
+
+def test_a_chunk_forecast_to_meet_a_foreground_request_is_cut_to_end_before_it() -> None:
+    sizer = ChunkSizer(target_s=0.4, min_tokens=128, initial_tokens_per_s=1000)
+    assert sizer.next_tokens() == sizer.next_tokens(None) == sizer.next_tokens(5.0) == 400
+    assert sizer.next_tokens(0.25) == 250
+    assert sizer.next_tokens(0.0) == 128  # never below the smallest worth a forward pass
