@@ -27,7 +27,7 @@ import contextlib
 import logging
 import statistics
 import time
-from collections.abc import Coroutine, Mapping, Sequence
+from collections.abc import Callable, Coroutine, Mapping, Sequence
 from dataclasses import asdict, dataclass, fields, replace
 from enum import StrEnum
 from typing import Any, ClassVar
@@ -61,6 +61,11 @@ log = logging.getLogger(__name__)
 STATE_FORMAT_VERSION = 1
 NO_WARMER = Warmer()  # every hook a no-op: the runtime without a warmer calls these
 RESIZED_SMALLER = "resized: less growth than expected"
+
+
+# A result redone to the synchronous size must be ready before the commit with this margin over
+# the time the last lookahead took (background work waits for slack and yields to foreground).
+REDO_MARGIN = 2.0
 
 
 class CommitKind(StrEnum):
@@ -150,6 +155,9 @@ class LookaheadRuntime:
     enclosing `@context_policy(...)` or the class default."""
 
     default_context_policy: ClassVar[ContextPolicy | None] = None  # set by @context_policy
+    # When boundaries and lookahead jobs happen (growth rate, how long a lookahead takes);
+    # replaceable per runtime, e.g. by a test's virtual clock.
+    clock: Callable[[], float] = staticmethod(time.monotonic)
 
     def __init__(
         self,
@@ -192,6 +200,7 @@ class LookaheadRuntime:
         self._pending_boundary = False
         self._spent_by_group: dict[str, int] = {}
         self._growth = GrowthRate()
+        self._lookahead_job_s: float | None = None  # the newest finished lookahead, start to warm
         self._spawned_at: bytes | None = None  # history signature at a spawn-mode commit
         self._hooks: Warmer = config.warmer or NO_WARMER
         if self.mode == "lookahead":
@@ -518,7 +527,7 @@ class LookaheadRuntime:
 
     # -- background work ---------------------------------------------------------------------
     def _on_boundary(self) -> None:
-        self._growth.observe(time.monotonic(), self.main.tokens)
+        self._growth.observe(self.clock(), self.main.tokens)
         if self.main.awaits_model_call():
             # Whatever starts below must not go to the engine ahead of that call.
             self._hooks.model_call_next(self.program_id)
@@ -581,6 +590,7 @@ class LookaheadRuntime:
         self, snapshot: Snapshot, group_id: str, ctx: TransformContext
     ) -> None:
         lookahead = self.lookahead
+        started = self.clock()
         tags = self.tags.lookahead(group_id, commit_deadline_ms=self._commit_deadline_ms())
         with use_tags(tags), doing(lookahead.work):
             if self.policy.needs_summarizer and self._hooks.copies_live_context:
@@ -612,6 +622,7 @@ class LookaheadRuntime:
             lookahead.ready(result.messages, result.data)
             if not lookahead.promoted:  # promoted: the commit is waiting and prefills it itself
                 await self._warm(group_id)
+                self._lookahead_job_s = self.clock() - started
 
     async def _warm(self, group_id: str) -> None:
         """Prefill the context the commit would send now: result + suffix that arrived since."""
@@ -760,9 +771,12 @@ class LookaheadRuntime:
         """Whether a ready result is redone now: it keeps over a turn more or less than a
         lookahead started now would; or it kept none of the history it saw (it started so far
         ahead that all the commit keeps verbatim is what arrived since), the commit it would
-        make keeps over half a turn more than a synchronous one, and a result made now would
-        not. Committed as it is, such a result keeps every turn since its start, so each later
-        turn is longer and the next commit comes sooner; redone sooner, it would be again."""
+        make keeps over half a turn more than a synchronous one, a result made now would not,
+        and the commit is at least twice as far off (at the history's growth rate) as the last
+        lookahead took, start to warm. Committed as it is, such a result keeps every turn since
+        its start, so each later turn is longer and the next commit comes sooner; but a commit
+        that waits for a redo, or prefills a redo not yet warm, costs more than that (a CPU
+        engine's summary redone a turn or two ahead: the demo's commits waited 0.8 s for it)."""
         one_turn = self._one_turn_tokens()
         misfit = self._growth_misfit(at_commit=False)
         if abs(misfit) > one_turn:
@@ -778,7 +792,14 @@ class LookaheadRuntime:
         synchronous_keeps = main.tokens_between(synchronous_from)
         growth = self._expected_growth_until_commit()
         as_it_is = main.tokens_between(lookahead.last_segment_end) + growth
-        return as_it_is - synchronous_keeps > one_turn / 2 >= growth - synchronous_keeps
+        if not as_it_is - synchronous_keeps > one_turn / 2 >= growth - synchronous_keeps:
+            return False
+        until_commit_ms = self._commit_deadline_ms()
+        return (
+            self._lookahead_job_s is not None
+            and until_commit_ms is not None
+            and until_commit_ms / 1000 >= REDO_MARGIN * self._lookahead_job_s
+        )
 
     def _one_turn_tokens(self) -> int:
         """The slack a lookahead commit has against a synchronous one: one turn, as large as the

@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import json
 import random
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 import pytest
@@ -14,6 +15,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from lookahead_sdk import CommitKind, LookaheadRuntime, TransformContext
+from lookahead_sdk.base.completion import Completion
+from lookahead_sdk.base.messages import Message
 from lookahead_sdk.base.tokens import count_message
 from lookahead_sdk.core.policy import ContextPolicy
 from lookahead_sdk.core.state import LookaheadStatus
@@ -53,17 +56,46 @@ def tokens(messages: list) -> int:
     return sum(count_message(COUNTER, message) for message in messages)
 
 
-async def run(policy: ContextPolicy, mode: str, outputs: list[int]) -> Run:
+class Clock:
+    """Virtual time: a second per boundary (a tool call, a model turn); background work
+    takes none."""
+
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+class SlowSummarizer(FakeSummarizer):
+    """A summary that takes `seconds` of virtual time."""
+
+    def __init__(self, clock: Clock, seconds: float) -> None:
+        super().__init__()
+        self.clock, self.seconds = clock, seconds
+
+    async def complete(
+        self, messages: Sequence[Message], *, max_tokens: int, temperature: float
+    ) -> Completion:
+        self.clock.now += self.seconds
+        return await super().complete(messages, max_tokens=max_tokens, temperature=temperature)
+
+
+async def run(
+    policy: ContextPolicy, mode: str, outputs: list[int], *, summary_s: float = 0.0
+) -> Run:
     """The reference loop's boundary sequence, background work finishing between boundaries."""
     result = Run()
+    clock = Clock()
     async with LookaheadRuntime(
         policy,
         mode=mode,
         messages=START,
         window_tokens=WINDOW,
         token_counter=COUNTER,
-        summarizer=FakeSummarizer(),
+        summarizer=SlowSummarizer(clock, summary_s),
     ) as runtime:
+        runtime.clock = clock
         for step, size in enumerate(outputs):
             live = list(runtime.main.messages)
             outcome = await runtime.commit()
@@ -80,6 +112,7 @@ async def run(policy: ContextPolicy, mode: str, outputs: list[int]) -> Run:
             turn = [model_turn(step), tool_output(step, size)]
             result.largest_turn = max(result.largest_turn, tokens(turn))
             for message in turn:
+                clock.now += 1.0
                 runtime.append(message)
                 await runtime.boundary()
                 await runtime.settle()
@@ -209,3 +242,14 @@ def test_a_result_started_so_far_ahead_that_it_kept_nothing_is_redone_to_the_syn
     assert [committed - synchronous for committed, synchronous in looked.sizes] == [0] * len(
         looked.sizes
     )
+
+
+def test_a_result_that_kept_nothing_is_not_redone_when_a_redo_would_not_be_ready_in_time() -> None:
+    """The same start, but a summary takes longer than half the time left before the commit
+    (a CPU engine: the demo's commits waited 0.8 s for such a redo, then prefilled it cold):
+    the result is committed as it is, a turn over the synchronous size but a warm hit."""
+    policy = Summarize(lookahead_at=1200, hard_limit=2400, recent_budget=400, summary_tokens=48)
+    looked = asyncio.run(run(policy, "lookahead", [255] * 30, summary_s=30.0))
+    assert looked.hits == looked.commits >= 2
+    over = [committed - synchronous for committed, synchronous in looked.sizes]
+    assert all(0 < extra <= looked.largest_turn for extra in over), over
