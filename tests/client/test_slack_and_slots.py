@@ -13,6 +13,7 @@ from lookahead_sdk.client.llamacpp_slots import SlotPairs
 from lookahead_sdk.client.session import ServerFacts
 from lookahead_sdk.client.slack import BatchSizer, ChunkSizer, ForegroundRegistry, SlackGate
 
+from ..support.clock import VirtualClock
 from ..support.recording_proxy import RecordingProxy
 
 
@@ -355,15 +356,9 @@ async def test_a_copy_of_the_live_slot_waits_while_a_foreground_prompt_is_prefil
         await warmer.aclose()
 
 
-class Clock:
-    def __init__(self) -> None:
-        self.now = 1000.0
-
-    def __call__(self) -> float:
-        return self.now
-
-
-def idle_gaps(registry: ForegroundRegistry, clock: Clock, program_id: str, gaps: list[float]):
+def idle_gaps(
+    registry: ForegroundRegistry, clock: VirtualClock, program_id: str, gaps: list[float]
+) -> None:
     """`program_id` makes a request after each gap (its tool calls)."""
     for gap in gaps:
         clock.now += gap
@@ -375,7 +370,7 @@ def idle_gaps(registry: ForegroundRegistry, clock: Clock, program_id: str, gaps:
 def test_the_next_foreground_request_is_forecast_from_each_programs_own_gaps(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    clock = Clock()
+    clock = VirtualClock(1000.0)
     monkeypatch.setattr("lookahead_sdk.client.slack.time.monotonic", clock)
     registry = ForegroundRegistry()
     registry.begin("agent").end()
@@ -401,7 +396,7 @@ def test_the_next_foreground_request_is_forecast_from_each_programs_own_gaps(
 
 
 def test_forecasts_forget_the_programs_idle_longest(monkeypatch: pytest.MonkeyPatch) -> None:
-    clock = Clock()
+    clock = VirtualClock(1000.0)
     monkeypatch.setattr("lookahead_sdk.client.slack.time.monotonic", clock)
     monkeypatch.setattr("lookahead_sdk.client.slack.PROGRAMS_FORECAST", 3)
     registry = ForegroundRegistry()

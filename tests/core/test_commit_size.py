@@ -22,6 +22,7 @@ from lookahead_sdk.core.policy import ContextPolicy
 from lookahead_sdk.core.state import LookaheadStatus
 from lookahead_sdk.strategies import KeepRecent, Summarize
 
+from ..support.clock import VirtualClock
 from .policies import FakeSummarizer
 from .test_commit_ahead import COUNTER, START, model_turn, tool_output
 
@@ -56,21 +57,10 @@ def tokens(messages: list) -> int:
     return sum(count_message(COUNTER, message) for message in messages)
 
 
-class Clock:
-    """Virtual time: a second per boundary (a tool call, a model turn); background work
-    takes none."""
-
-    def __init__(self) -> None:
-        self.now = 0.0
-
-    def __call__(self) -> float:
-        return self.now
-
-
 class SlowSummarizer(FakeSummarizer):
     """A summary that takes `seconds` of virtual time."""
 
-    def __init__(self, clock: Clock, seconds: float) -> None:
+    def __init__(self, clock: VirtualClock, seconds: float) -> None:
         super().__init__()
         self.clock, self.seconds = clock, seconds
 
@@ -84,9 +74,11 @@ class SlowSummarizer(FakeSummarizer):
 async def run(
     policy: ContextPolicy, mode: str, outputs: list[int], *, summary_s: float = 0.0
 ) -> Run:
-    """The reference loop's boundary sequence, background work finishing between boundaries."""
+    """The reference loop's boundary sequence, background work finishing between boundaries;
+    in virtual time, a second per boundary (a model turn, a tool call), background work none
+    (a summary `summary_s`)."""
     result = Run()
-    clock = Clock()
+    clock = VirtualClock()
     async with LookaheadRuntime(
         policy,
         mode=mode,
