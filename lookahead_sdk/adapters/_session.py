@@ -134,6 +134,13 @@ class AdapterSettings:
             )
         return replace(tags, program_id=f"{tags.program_id}/{label}") if label else tags
 
+    @property
+    def names_programs(self) -> bool:
+        """The user gave the programs' tags (config or current): ids are theirs, never adopted
+        from a saved state."""
+        tags = self.config.tags or current_tags()
+        return tags is not None and tags.program_id is not None
+
     # -- what the model and its server say ---------------------------------------------------
     def discover(
         self, owner: str, facts: ModelFacts, default_summarizer: CompletionClient | None
@@ -336,15 +343,21 @@ class AdapterCore:
         """On the runtime's loop: load a saved state (`LookaheadRuntime.load_state`, atomic).
         A state that does not fit (another policy, a damaged one) is logged and the runtime
         goes on from the history it has: False."""
-        self.book.retire(runtime)
         try:
-            runtime.load_state(state)
+            self.load(runtime, state)
         except InvalidInputError as error:
             log.warning("saved lookahead state of %s not restored: %s", runtime.program_id, error)
             return False
+        return True
+
+    def load(self, runtime: LookaheadRuntime, state: Mapping[str, Any]) -> None:
+        """On the runtime's loop: `LookaheadRuntime.load_state` (atomic; raises what it
+        raises). A runtime whose id the adapter generated continues the saved program's id."""
+        self.book.retire(runtime)
+        try:
+            runtime.load_state(state, adopt_program_id=not self.settings.names_programs)
         finally:
             self.book.track(runtime)
-        return True
 
     def commit_event(
         self, outcome: CommitOutcome, runtime: LookaheadRuntime

@@ -591,11 +591,7 @@ class LookaheadChatCompletionContext(ChatCompletionContext, Component[LookaheadC
         core = self._core
 
         async def load(runtime: LookaheadRuntime) -> None:
-            core.book.retire(runtime)
-            try:
-                runtime.load_state(saved)
-            finally:
-                core.book.track(runtime)
+            core.load(runtime, saved)
 
         await (await self.ahosted()).acall(load)
         self._messages = messages

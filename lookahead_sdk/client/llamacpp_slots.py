@@ -14,12 +14,18 @@ live context. A spawned
 sub-agent (Isolate) is handed the branch slot its context was warmed in, and the program gets a
 free slot as its new branch. Programs beyond the slot pairs the server has are left to the
 server's choice. One `SlotPairs` per server, owned by its `ServerSession`.
+
+A program that ends (`release`) may come back under the same id: an agent framework's next run
+that loads the saved state of the last one (its ready lookahead was warmed in the branch). Its
+pair is parked with what its warmer knew of the branch (`keep=`); `resume` gives the same slots
+back, and that knowledge, while no other program's request was placed in them since.
 """
 
 from __future__ import annotations
 
 import threading
-from dataclasses import dataclass
+from collections import OrderedDict
+from dataclasses import dataclass, replace
 
 from lookahead_sdk.base.protocol import RequestTags
 
@@ -31,6 +37,12 @@ class SlotPair:
     branch_mirrors_live: bool = False  # the branch holds a copy of the live context
 
 
+@dataclass(frozen=True)
+class _Parked:
+    pair: SlotPair
+    kept: object | None  # what the warmer knew of the branch
+
+
 class SlotPairs:
     def __init__(self, total_slots: int) -> None:
         if isinstance(total_slots, bool) or not isinstance(total_slots, int) or total_slots < 1:
@@ -38,6 +50,8 @@ class SlotPairs:
         self.total_slots = total_slots
         self._lock = threading.Lock()
         self._pairs: dict[str, SlotPair] = {}
+        self._parked: OrderedDict[str, _Parked] = OrderedDict()  # at most total_slots
+        self._last_placed: dict[int, str] = {}  # slot -> the program last placed there
 
     def __len__(self) -> int:
         """Programs holding a pair."""
@@ -56,6 +70,25 @@ class SlotPairs:
             self._pairs[program_id] = pair
             return pair
 
+    def resume(self, program_id: str) -> tuple[SlotPair | None, object | None]:
+        """`enroll`, giving a program that was released the pair it had, with what was kept
+        with it (`release(keep=)`), when both slots are free and no other program's request
+        was placed in them since; else a pair as `enroll` gives it, and None."""
+        with self._lock:
+            parked = self._parked.pop(program_id, None)
+            if program_id in self._pairs or parked is None:
+                parked = None
+            else:
+                slots = (parked.pair.current, parked.pair.branch)
+                free = self._free_slots()
+                if all(
+                    slot in free and self._last_placed.get(slot, program_id) == program_id
+                    for slot in slots
+                ):
+                    self._pairs[program_id] = replace(parked.pair)
+                    return replace(parked.pair), parked.kept
+        return self.enroll(program_id), None
+
     def pair(self, program_id: str) -> SlotPair | None:
         with self._lock:
             pair = self._pairs.get(program_id)
@@ -66,13 +99,16 @@ class SlotPairs:
             return None
         with self._lock:
             pair = self._pairs.get(tags.program_id)
-        if pair is None:
-            return None
-        if not tags.is_lookahead:
-            return pair.current
-        if tags.extends_live_context and not pair.branch_mirrors_live:
-            return pair.current
-        return pair.branch
+            if pair is None:
+                return None
+            if not tags.is_lookahead or (
+                tags.extends_live_context and not pair.branch_mirrors_live
+            ):
+                slot = pair.current
+            else:
+                slot = pair.branch
+            self._last_placed[slot] = tags.program_id
+            return slot
 
     def mirror_live(self, program_id: str, mirrors: bool) -> None:
         """The branch of `program_id` now holds a copy of its live context (True), or other
@@ -109,6 +145,14 @@ class SlotPairs:
                 pair.current, pair.branch = pair.branch, pair.current
                 pair.branch_mirrors_live = False
 
-    def release(self, program_id: str) -> None:
+    def release(self, program_id: str, *, keep: object | None = None) -> None:
+        """The program ended: its slots are free. Its pair is parked for `resume`, with
+        `keep` (the warmer's record of the branch)."""
         with self._lock:
-            self._pairs.pop(program_id, None)
+            pair = self._pairs.pop(program_id, None)
+            if pair is None:
+                return
+            self._parked[program_id] = _Parked(pair, keep)
+            self._parked.move_to_end(program_id)
+            while len(self._parked) > self.total_slots:
+                self._parked.popitem(last=False)

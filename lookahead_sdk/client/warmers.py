@@ -159,8 +159,15 @@ class LlamaCppWarmer(_HttpWarmer):
         self.slot_copies = True  # off after the server refuses one (no --slot-save-path)
 
     def attach(self, program_id: str) -> None:
+        """The program's slot pair; a program that comes back (the next run of a framework
+        agent that loaded the last run's state) gets its old pair and branch record while no
+        other program used them (`SlotPairs.resume`), so its ready lookahead commits where it
+        was warmed."""
         if self.session.slots is not None:
-            self.session.slots.enroll(program_id)
+            _, kept = self.session.slots.resume(program_id)
+            if isinstance(kept, BranchSlot):
+                kept.finishing = False
+                self._branches[program_id] = kept
 
     def committed(
         self, program_id: str, *, replaced: bool, live_prefix_share: float | None = None
@@ -265,9 +272,9 @@ class LlamaCppWarmer(_HttpWarmer):
             self._branch(program_id).ids = []
 
     def detach(self, program_id: str) -> None:
-        self._branches.pop(program_id, None)
+        branch = self._branches.pop(program_id, None)
         if self.session.slots is not None:
-            self.session.slots.release(program_id)
+            self.session.slots.release(program_id, keep=branch)
 
     async def render(
         self, messages: Sequence[Message], shape: RequestShape, *, open_last: bool = False

@@ -34,7 +34,7 @@ from typing import Any, ClassVar
 
 from lookahead_sdk.base.completion import CompletionClient
 from lookahead_sdk.base.messages import Message, calls_tools, validate_messages
-from lookahead_sdk.base.protocol import RequestTags
+from lookahead_sdk.base.protocol import RequestTags, check_id
 from lookahead_sdk.base.tags import current_tags, doing, use_tags
 from lookahead_sdk.base.tokens import count_message
 from lookahead_sdk.core.commit_modes import COMMIT_TARGETS
@@ -864,6 +864,7 @@ class LookaheadRuntime:
         saved: dict[str, Any] = {
             "version": STATE_FORMAT_VERSION,
             "policy": self.policy.name,
+            "program_id": self.program_id,
             "messages": list(self.main.messages),
             "turn": self.main.turn,
             "commit_due_at": (
@@ -883,20 +884,35 @@ class LookaheadRuntime:
                 "group_id": lookahead.group_id,
                 "strategy_data": lookahead.strategy_data,
                 "kept_from": lookahead.kept_from,
+                "warmed_end": lookahead.warmed_end,
             }
         return saved
 
-    def load_state(self, state: Mapping[str, Any]) -> None:
+    def load_state(self, state: Mapping[str, Any], *, adopt_program_id: bool = False) -> None:
         """Restore `save_state` output. Atomic: the whole state is read and checked first, and
         only then swapped in, so a state that does not fit (InvalidInputError naming the field) leaves
         the runtime exactly as it was. A restored result is committed only if the restored
-        history still matches the prefix it covers (the usual signature check)."""
+        history still matches the prefix it covers (the usual signature check).
+
+        `adopt_program_id` (for a runtime whose id was generated, not given): a runtime that has
+        not yet seen a boundary continues the saved program under its id, so the server
+        placement of its context and of a ready result's warm-up (llama.cpp slots) and a
+        router's record of the program carry over."""
         self._check_open()
         restored = _read_state(state, self.policy.name, self.main)
+        program_id = self.program_id
+        if adopt_program_id and self.stats.boundaries == 0 and self.stats.commits == 0:
+            program_id = _saved_program_id(state, program_id)
         if self._job is not None:
             self._job.cancel()
         self.main, self.lookahead, self.stats, self._commit_due_at = restored
         self._pending_boundary = False
+        if program_id != self.program_id:
+            if self.mode == "lookahead":
+                self._hooks.detach(self.program_id)
+            self.tags = replace(self.tags, program_id=program_id)
+            if self.mode == "lookahead":
+                self._hooks.attach(program_id)
         # A lookahead that was running restarts by itself: its policy fires again at the next boundary.
 
     # -- lifecycle ---------------------------------------------------------------------------
@@ -930,6 +946,31 @@ class LookaheadRuntime:
     def _check_open(self) -> None:
         if self._closed:
             raise StateError("this LookaheadRuntime is closed; create a new one per program run")
+
+
+def _warmed_end(saved: Mapping[str, Any], history_length: int) -> int | None:
+    """A saved result's warmed end: between its covered prefix and the history's end."""
+    end = saved.get("warmed_end")
+    if end is None:  # never warmed, or saved before the field existed
+        return None
+    end = _non_negative_int(end)
+    if not _non_negative_int(saved["last_segment_end"]) <= end <= history_length:
+        raise ValueError(
+            f"warmed_end {end} lies outside the result's suffix (last_segment_end.."
+            f"{history_length} messages)"
+        )
+    return end
+
+
+def _saved_program_id(state: Mapping[str, Any], current: str) -> str:
+    """The program id a state was saved under (`current` for a state saved before the field)."""
+    saved = state.get("program_id")
+    if saved is None:
+        return current
+    try:
+        return check_id(saved, "state.program_id")
+    except ValueError as error:
+        raise InvalidInputError(f"{error}; the runtime is unchanged") from None
 
 
 def _read_state(
@@ -979,6 +1020,7 @@ def _read_state(
                     if saved.get("kept_from") is None  # saved before the field existed
                     else _non_negative_int(saved["kept_from"])
                 ),
+                warmed_end=_warmed_end(saved, len(main)),
             )
     except (KeyError, TypeError, ValueError, AttributeError) as error:
         raise InvalidInputError(

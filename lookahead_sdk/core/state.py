@@ -398,10 +398,14 @@ class LookaheadState:
         group_id: str | None,
         strategy_data: dict[str, Any],
         kept_from: int | None = None,
+        warmed_end: int | None = None,
     ) -> None:
-        """A ready result from a saved state (committed only if it still covers the history)."""
+        """A ready result from a saved state (committed only if it still covers the history).
+        `warmed_end`: how far it was warmed; the suffix after it is warmed at the next boundary
+        (the warmer knows what the server still holds, and prefills the rest)."""
         self._expect(LookaheadStatus.IDLE, "restore")
         self.kept_from = kept_from
+        self.warmed_end = warmed_end
         self.status = LookaheadStatus.READY
         self.messages = tuple(messages)
         self.last_segment_end = last_segment_end

@@ -117,8 +117,8 @@ class SyncLookaheadRuntime:
     def save_state(self) -> dict[str, Any]:
         return self._loop.call(self.runtime.save_state)
 
-    def load_state(self, state: dict[str, Any]) -> None:
-        self._loop.call(self.runtime.load_state, state)
+    def load_state(self, state: dict[str, Any], *, adopt_program_id: bool = False) -> None:
+        self._loop.call(lambda: self.runtime.load_state(state, adopt_program_id=adopt_program_id))
 
     def close(self) -> None:
         if not self._loop.loop.is_closed():

@@ -160,10 +160,13 @@ def test_state_round_trips_with_the_pending_lookahead_result() -> None:
         state = await first.save_state()
         started_before = first.runtime.stats.lookaheads_started
         saved_messages = await first.get_messages()
+        program_id = first.tags.program_id
         await first.aclose()
 
         second = context()
         await second.load_state(json.loads(json.dumps(state)))  # the state is JSON-safe
+        # The next run continues the same program (its server slots, a router's record of it).
+        assert second.tags.program_id == program_id
         restored = await second.get_messages()
         await second.add_message(
             AssistantMessage(

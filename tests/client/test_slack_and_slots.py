@@ -23,6 +23,16 @@ def stub_server():
         yield server
 
 
+@pytest.fixture
+def llamacpp_session(stub_server: RecordingProxy) -> ServerSession:
+    """A session on a llama.cpp server with 4 slots (the stub answers nothing asked here)."""
+    session = ServerSession(
+        stub_server.url, wire="llamacpp", facts=ServerFacts(llamacpp=True, total_slots=4)
+    )
+    assert session.slots is not None
+    return session
+
+
 async def test_foreground_requests_are_counted_until_their_stream_closes(
     stub_server: RecordingProxy,
 ) -> None:
@@ -198,14 +208,12 @@ async def test_llamacpp_wire_adds_the_slot(stub_server: RecordingProxy) -> None:
 
 @pytest.mark.parametrize(("live_share", "swapped"), [(0.5, True), (0.95, False)])
 def test_a_commit_runs_in_the_slot_holding_more_of_its_context(
-    stub_server: RecordingProxy, live_share: float, swapped: bool
+    llamacpp_session: ServerSession, live_share: float, swapped: bool
 ) -> None:
     from lookahead_sdk import LlamaCppWarmer
     from lookahead_sdk.client.warmers import BranchSlot
 
-    session = ServerSession(
-        stub_server.url, wire="llamacpp", facts=ServerFacts(llamacpp=True, total_slots=4)
-    )
+    session = llamacpp_session
     assert session.slots is not None
     warmer = LlamaCppWarmer(session)
     warmer.attach("p")
@@ -412,3 +420,58 @@ def test_a_chunk_forecast_to_meet_a_foreground_request_is_cut_to_end_before_it()
     assert sizer.next_tokens() == sizer.next_tokens(None) == sizer.next_tokens(5.0) == 400
     assert sizer.next_tokens(0.25) == 250
     assert sizer.next_tokens(0.0) == 128  # never below the smallest worth a forward pass
+
+
+def test_a_released_program_resumes_its_pair_while_no_other_program_used_it() -> None:
+    pairs = SlotPairs(4)
+    pair = pairs.enroll("a")
+    assert pair is not None
+    pairs.slot_for(RequestTags("a").lookahead("g"))
+    pairs.release("a", keep="branch record")
+    # A program that enrolls and releases without sending anything leaves the slots as they were.
+    pairs.enroll("fresh")
+    pairs.release("fresh")
+    resumed, kept = pairs.resume("a")
+    assert resumed is not None and (resumed.current, resumed.branch) == (pair.current, pair.branch)
+    assert kept == "branch record"
+    # Once another program's request was placed in one of them, the record is worthless.
+    pairs.release("a", keep="branch record")
+    other = pairs.enroll("b")
+    assert other is not None and pair.current in (other.current, other.branch)
+    pairs.slot_for(RequestTags("b"))
+    pairs.slot_for(RequestTags("b").lookahead("h"))
+    pairs.release("b")
+    assert pairs.resume("a")[1] is None
+    # Parked pairs are bounded by the slots there are.
+    for n in range(10):
+        pairs.enroll(f"p{n}")
+        pairs.release(f"p{n}", keep=n)
+    assert pairs.resume("p9")[1] == 9
+    pairs.release("p9")
+    assert pairs.resume("p0")[1] is None
+
+
+def test_a_warmer_gives_a_returning_program_its_branch_slot_and_what_it_holds(
+    llamacpp_session: ServerSession,
+) -> None:
+    """The next run of a framework agent (a new model context, a new warmer from the same
+    endpoint) loads the last run's ready lookahead: it must commit in the slot it was warmed in."""
+    from lookahead_sdk import LlamaCppWarmer
+    from lookahead_sdk.client.warmers import BranchSlot
+
+    session = llamacpp_session
+    assert session.slots is not None
+    first = LlamaCppWarmer(session)
+    first.attach("p")
+    pair = session.slots.pair("p")
+    assert pair is not None
+    session.slots.slot_for(RequestTags("p"))
+    first._branches["p"] = BranchSlot(ids=[7] * 90, prompt_tokens=100, finishing=True)
+    first.detach("p")
+
+    second = LlamaCppWarmer(session)
+    second.attach("p")
+    assert session.slots.pair("p") == pair
+    second.committed("p", replaced=True, live_prefix_share=0.1)
+    after = session.slots.pair("p")
+    assert after is not None and after.current == pair.branch  # the warmed slot serves it

@@ -9,7 +9,7 @@ import pytest
 from lookahead_sdk import CommitKind, LookaheadRuntime, LookaheadStatus, RequestTags, use_tags
 from lookahead_sdk.core.sync_runtime import SyncLookaheadRuntime
 
-from .policies import CountingPolicy, drop_middle, user
+from .policies import CountingPolicy, RecordingWarmer, drop_middle, user
 
 
 def test_sync_runtime_runs_lookaheads_between_blocking_calls(approx_counter) -> None:
@@ -40,20 +40,26 @@ def test_sync_runtime_surfaces_construction_errors() -> None:
         SyncLookaheadRuntime(CountingPolicy(), mode="eager")
 
 
-async def test_state_round_trip_keeps_a_ready_lookahead_committable(approx_counter) -> None:
-    policy = CountingPolicy(soft=5, hard=9)
+async def ready_state(approx_counter, policy: CountingPolicy, **runtime_kwargs) -> dict:
+    """The JSON-safe saved state of a runtime whose lookahead is ready (six messages)."""
     first = LookaheadRuntime(
-        policy, messages=[user("t")], token_counter=approx_counter, tags=RequestTags("p")
+        policy, messages=[user("t")], token_counter=approx_counter, **runtime_kwargs
     )
     first.append(*[user(f"a{i}") for i in range(5)])
     await first.boundary()
     await first.settle()
-    saved = json.loads(json.dumps(first.save_state()))  # JSON-safe
+    saved = json.loads(json.dumps(first.save_state()))
     await first.aclose()
+    return saved
+
+
+async def test_state_round_trip_keeps_a_ready_lookahead_committable(approx_counter) -> None:
+    policy = CountingPolicy(soft=5, hard=9)
+    saved = await ready_state(approx_counter, policy, tags=RequestTags("p"))
 
     second = LookaheadRuntime(policy, token_counter=approx_counter, tags=RequestTags("p"))
     second.load_state(saved)
-    assert second.lookahead.status is LookaheadStatus.READY and second.main.turn == first.main.turn
+    assert second.lookahead.status is LookaheadStatus.READY and second.main.turn == saved["turn"]
     second.append(*[user(f"b{i}") for i in range(3)])
     before = list(second.main.messages)
     outcome = await second.commit()
@@ -84,3 +90,94 @@ async def test_load_state_rejects_foreign_state(approx_counter) -> None:
     with pytest.raises(ValueError, match="save_state"):
         runtime.load_state({"messages": []})
     await runtime.aclose()
+
+
+class _AttachLog:
+    """A warmer that records the programs attached and detached."""
+
+    def __init__(self) -> None:
+        from lookahead_sdk.core.warmer import Warmer
+
+        self.events: list[tuple[str, str]] = []
+        log = self.events
+
+        class Recorder(Warmer):
+            def attach(self, program_id: str) -> None:
+                log.append(("attach", program_id))
+
+            def detach(self, program_id: str) -> None:
+                log.append(("detach", program_id))
+
+        self.warmer = Recorder()
+
+
+async def test_a_fresh_runtime_continues_the_saved_program_under_its_id(approx_counter) -> None:
+    policy = CountingPolicy(soft=5, hard=9)
+    saved = await ready_state(approx_counter, policy, tags=RequestTags("run-1"))
+    assert saved["program_id"] == "run-1"
+
+    recorder = _AttachLog()
+    second = LookaheadRuntime(
+        policy, token_counter=approx_counter, tags=RequestTags("gen-2"), warmer=recorder.warmer
+    )
+    second.load_state(saved, adopt_program_id=True)
+    assert second.program_id == "run-1"
+    assert recorder.events == [("attach", "gen-2"), ("detach", "gen-2"), ("attach", "run-1")]
+    assert second.lookahead.status is LookaheadStatus.READY
+    await second.aclose()
+    assert recorder.events[-1] == ("detach", "run-1")
+
+    # Not asked to (the user named the program), or no longer fresh: the id stays.
+    kept = LookaheadRuntime(policy, token_counter=approx_counter, tags=RequestTags("mine"))
+    kept.load_state(saved)
+    assert kept.program_id == "mine"
+    await kept.aclose()
+    busy = LookaheadRuntime(policy, token_counter=approx_counter, tags=RequestTags("busy"))
+    busy.append(user("x"))
+    await busy.boundary()
+    busy.load_state(saved, adopt_program_id=True)
+    assert busy.program_id == "busy"
+    await busy.aclose()
+
+
+async def test_a_saved_program_id_that_is_not_an_id_leaves_the_runtime_as_it_was(
+    approx_counter,
+) -> None:
+    policy = CountingPolicy(soft=5, hard=9)
+    first = LookaheadRuntime(policy, messages=[user("t")], token_counter=approx_counter)
+    saved = first.save_state()
+    await first.aclose()
+    saved["program_id"] = "bad\nid"
+    second = LookaheadRuntime(
+        policy, messages=[user("s")], token_counter=approx_counter, tags=RequestTags("gen")
+    )
+    before = list(second.main.messages)
+    with pytest.raises(ValueError, match=r"state\.program_id"):
+        second.load_state(saved, adopt_program_id=True)
+    assert second.program_id == "gen" and list(second.main.messages) == before
+    await second.aclose()
+
+
+async def test_a_restored_result_warms_the_suffix_that_arrives_after_it(approx_counter) -> None:
+    """The next run of an agent loads a result warmed in the last one: the turns that come
+    before its commit are warmed onto it, as in one run (otherwise the commit prefills them)."""
+    policy = CountingPolicy(soft=5, hard=20)
+    saved = await ready_state(approx_counter, policy, warmer=RecordingWarmer())
+    assert saved["lookahead"]["warmed_end"] == 6
+
+    warmer = RecordingWarmer()
+    second = LookaheadRuntime(policy, token_counter=approx_counter, warmer=warmer)
+    second.load_state(saved)
+    second.append(user("b0"))
+    await second.boundary()
+    await second.settle()
+    assert len(warmer.warmed) == 1 and warmer.warmed[0][-1] == user("b0")
+    assert second.lookahead.warmed_end == 7
+    await second.aclose()
+
+    saved["lookahead"]["warmed_end"] = 99  # past the saved history: refused, nothing changed
+    third = LookaheadRuntime(policy, token_counter=approx_counter)
+    with pytest.raises(ValueError, match="warmed_end"):
+        third.load_state(saved)
+    assert third.lookahead.status is LookaheadStatus.IDLE
+    await third.aclose()
