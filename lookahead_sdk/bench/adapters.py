@@ -75,6 +75,38 @@ class ExampleRun:
     # `bench ttft`: per turn kind and cause, per background request kind.
     turn_wait_s: dict[str, dict[str, float]] = field(default_factory=dict)
     background: dict[str, dict[str, float]] = field(default_factory=dict)
+    # Runs pooled into this record (`merge_repeats`): turns from all of them; wall time and
+    # background per run (means); each run's wall time.
+    repeats: int = 1
+    wall_s_each: list[float] = field(default_factory=list)
+
+
+def merge_repeats(runs: list[ExampleRun]) -> ExampleRun:
+    """Repeated runs of one framework and mode as one record: their turns pooled (so p50s and
+    per-turn waits are over all of them), wall time and background requests per run."""
+    first, count = runs[0], len(runs)
+    merged = ExampleRun(
+        first.framework,
+        first.mode,
+        wall_s=sum(run.wall_s for run in runs) / count,
+        load_average=(first.load_average[0], runs[-1].load_average[1]),
+        repeats=count,
+        wall_s_each=[run.wall_s for run in runs],
+    )
+    for run in runs:
+        merged.transform_ttft_s += run.transform_ttft_s
+        merged.normal_ttft_s += run.normal_ttft_s
+        merged.commits += run.commits
+        merged.context_tokens += run.context_tokens
+        for kind, causes in run.turn_wait_s.items():
+            pooled = merged.turn_wait_s.setdefault(kind, {})
+            for cause, seconds in causes.items():
+                pooled[cause] = pooled.get(cause, 0.0) + seconds
+        for kind, load in run.background.items():
+            per_run = merged.background.setdefault(kind, {})
+            for key, value in load.items():
+                per_run[key] = per_run.get(key, 0.0) + value / count
+    return merged
 
 
 def example_command(framework: str, examples: Path | None) -> list[str]:
@@ -136,8 +168,12 @@ def run_ttft(
     tool_latency_s: float,
     examples: Path | None,
     port: int,
-    on_run: Callable[[str, str], None],
+    on_run: Callable[[str, str, int], None],
+    repeats: int = 1,
 ) -> list[ExampleRun]:
+    """Per framework, one record per mode (sync, lookahead) pooling `repeats` runs. The modes
+    alternate in ABBA order (sync, lookahead, lookahead, sync, ...), so a machine that slows
+    down or speeds up during the runs weighs on both alike."""
     from lookahead_sdk.bench.ttft import EmbeddedEngine
     from lookahead_sdk.engine.server import stop_engine
 
@@ -147,10 +183,13 @@ def run_ttft(
     try:
         for framework in frameworks:
             example = example_command(framework, examples)
-            for mode in MODES:
-                on_run(framework, mode)
-                base_url = engine.restart()  # a clean prefix cache for every run
-                runs.append(run_example(example, base_url, mode, steps, tool_latency_s))
+            done: dict[str, list[ExampleRun]] = {mode: [] for mode in MODES}
+            for repeat in range(repeats):
+                for mode in MODES if repeat % 2 == 0 else MODES[::-1]:
+                    on_run(framework, mode, repeat)
+                    base_url = engine.restart()  # a clean prefix cache for every run
+                    done[mode].append(run_example(example, base_url, mode, steps, tool_latency_s))
+            runs.extend(merge_repeats(done[mode]) for mode in MODES)
     finally:
         engine.stop()
     return runs
@@ -366,7 +405,9 @@ def summary(document: dict[str, Any]) -> dict[str, Any]:
         row[f"{run['mode']}_transform_p50_s"] = percentile(run["transform_ttft_s"], 50)
         row[f"{run['mode']}_normal_p50_s"] = percentile(run["normal_ttft_s"], 50)
         row[f"{run['mode']}_transform_turns"] = len(run["transform_ttft_s"])
-        row[f"{run['mode']}_ttft_sum_s"] = sum(run["transform_ttft_s"]) + sum(run["normal_ttft_s"])
+        row[f"{run['mode']}_ttft_sum_s"] = (
+            sum(run["transform_ttft_s"]) + sum(run["normal_ttft_s"])
+        ) / run.get("repeats", 1)  # per run
         row[f"{run['mode']}_wall_s"] = run.get("wall_s", math.nan)
     for row in ttft.values():
         sync, look = row.get("sync_transform_p50_s"), row.get("lookahead_transform_p50_s")
@@ -446,8 +487,8 @@ def plot(document: dict[str, Any], path: str | Path) -> Path:
 
 ADAPTERS_LEGEND = (
     "p50 TTFT of T: transform turns (a commit or a synchronous transform), N: normal turns; "
-    "cut: 1 - look T / sync T; N l/s: look N / sync N; wall l/s: the lookahead run's wall time "
-    "/ the sync run's. Overhead: the adapter's own time per model turn (fake model), and the "
+    "cut: 1 - look T / sync T; N l/s: look N / sync N; wall l/s: the lookahead runs' mean wall "
+    "time / the sync runs'. Each mode runs --repeats times in ABBA order, turns pooled. Overhead: the adapter's own time per model turn (fake model), and the "
     "framework's whole turn."
 )
 
@@ -529,6 +570,7 @@ def main(args: argparse.Namespace) -> int:
     document: dict[str, Any] = {
         "overhead_target_ms": OVERHEAD_TARGET_MS,
         "steps": args.steps,
+        "repeats": args.repeats,
         "tool_latency_s": args.tool_latency,
         "overhead_turns": args.turns,
         "ttft_runs": [],
@@ -539,11 +581,20 @@ def main(args: argparse.Namespace) -> int:
         document["overhead_runs"] = [asdict(run) for run in run_overhead(args.turns, frameworks)]
         if not args.skip_ttft:
 
-            def on_run(framework: str, mode: str) -> None:
-                bar.update(task, description=f"{framework} example, {mode} mode")
+            def on_run(framework: str, mode: str, repeat: int) -> None:
+                bar.update(
+                    task,
+                    description=f"{framework} example, {mode} mode ({repeat + 1}/{args.repeats})",
+                )
 
             runs = run_ttft(
-                frameworks, args.steps, args.tool_latency, args.examples, args.port, on_run
+                frameworks,
+                args.steps,
+                args.tool_latency,
+                args.examples,
+                args.port,
+                on_run,
+                repeats=args.repeats,
             )
             document["ttft_runs"] = [
                 {**asdict(run), "framework_key": key}
@@ -575,6 +626,13 @@ def register(bench_subparsers: argparse._SubParsersAction) -> None:
     )
     parser.add_argument(
         "--steps", type=positive_int, default=16, help="model calls per example run"
+    )
+    parser.add_argument(
+        "--repeats",
+        type=positive_int,
+        default=2,
+        help="runs per framework and mode, in ABBA order; turns are pooled (a noisy machine "
+        "drifts by more than the effect measured from one run to the next)",
     )
     parser.add_argument(
         "--tool-latency",

@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
-from dataclasses import asdict
+from dataclasses import asdict, replace
 from pathlib import Path
 
 import pytest
 
 from lookahead_sdk.bench.adapters import (
     ExampleRun,
+    merge_repeats,
     plot,
     run_overhead,
     summary,
@@ -94,3 +95,36 @@ def test_the_turns_waits_are_tabled_per_framework_once_recorded(
     for run in document["ttft_runs"]:
         del run["turn_wait_s"]  # recorded before the timeline: no such table
     assert not any(t.title.startswith("Where") for t in summary_tables(document))
+
+
+def test_repeated_runs_pool_their_turns_and_count_wall_time_and_background_per_run() -> None:
+    def run(wall_s: float, normal: list[float], requests: int) -> ExampleRun:
+        return ExampleRun(
+            "Reference agent",
+            "lookahead",
+            transform_ttft_s=[1.0],
+            normal_ttft_s=normal,
+            wall_s=wall_s,
+            turn_wait_s={"normal": {"alone": sum(normal)}},
+            background={"warm_up": {"requests": requests, "seconds": 2.0}},
+        )
+
+    merged = merge_repeats([run(60.0, [1.0, 1.2], 4), run(64.0, [0.9], 6)])
+    assert merged.repeats == 2 and merged.wall_s_each == [60.0, 64.0]
+    assert merged.wall_s == 62.0
+    assert merged.normal_ttft_s == [1.0, 1.2, 0.9] and merged.transform_ttft_s == [1.0, 1.0]
+    assert merged.turn_wait_s["normal"]["alone"] == pytest.approx(3.1)  # per turn: / 3 turns
+    assert merged.background["warm_up"] == {"requests": 5.0, "seconds": 2.0}
+    document = {
+        "overhead_runs": [],
+        "ttft_runs": [
+            {**asdict(r), "framework_key": "reference"}
+            for r in (
+                merge_repeats([replace(run(50.0, [1.0], 0), mode="sync")] * 2),
+                merged,
+            )
+        ],
+    }
+    row = summary(document)["ttft"]["reference"]
+    assert row["lookahead_ttft_sum_s"] == pytest.approx((2.0 + 3.1) / 2)  # per run
+    assert row["wall_ratio"] == pytest.approx(62.0 / 50.0)
