@@ -19,6 +19,7 @@ from __future__ import annotations
 import operator
 from collections.abc import Callable, Hashable, Sequence
 from dataclasses import dataclass
+from itertools import compress, count
 from typing import Generic, TypeVar
 
 from lookahead_sdk.base.messages import Message, message_digest
@@ -73,11 +74,12 @@ class HistoryMirror(Generic[M]):
     def _extends(self, entries: Sequence[Entry[M]], items: Sequence[M]) -> bool:
         if len(items) < len(entries):
             return False
-        # Frameworks usually hand back the very objects they were given: an identity check at C
-        # speed keeps a hook O(new messages) in practice, even over a long history.
-        if not any(map(operator.is_not, map(_item, entries), items)):
-            return True
-        return all(self._matches(e, i) for e, i in zip(entries, items, strict=False))
+        # Frameworks usually hand back the very objects they were given, except a few they
+        # rebuild per call (LlamaIndex's memory messages): an identity check at C speed finds
+        # those, and only they are compared by key or digest, so a hook stays O(new messages)
+        # in practice even over a long history.
+        rebuilt = compress(count(), map(operator.is_not, map(_item, entries), items))
+        return all(self._matches(entries[index], items[index]) for index in rebuilt)
 
     def plan(self, items: Sequence[M]) -> SyncPlan:
         """Update both views for the framework's current `items`; what the runtime must do."""

@@ -139,3 +139,16 @@ def test_a_scratchpad_stored_in_another_form_is_dropped_wherever_it_was_kept() -
     remaining = m.drop(uncovered)
     assert remaining == [to_openai(head[0]), {"role": "user", "content": "summary"}]
     assert [e.item for e in m.seen] == head
+
+
+def test_rebuilt_items_are_compared_by_content_and_only_they() -> None:
+    """LlamaIndex rebuilds its memory messages per call and hands back the rest as they were:
+    the rebuilt ones are matched by content, an edited one is still caught."""
+    m = mirror()
+    items = [Item("system", "s"), Item("user", "u"), *(Item("tool", f"t{i}") for i in range(50))]
+    m.plan(items)
+    rebuilt = [Item("system", "s"), Item("user", "u"), *items[2:], Item("tool", "new")]
+    plan = m.plan(rebuilt)
+    assert plan.replace is None and plan.append == [to_openai(rebuilt[-1])]
+    edited = [*rebuilt[:10], Item("tool", "edited"), *rebuilt[11:]]
+    assert m.plan(edited).replace is not None
