@@ -127,8 +127,8 @@ class AdapterSettings:
     def program_tags(self, label: str | None = None) -> RequestTags:
         """The tags of one program: the given or current ones (suffixed with `label` when one
         adapter serves several programs, e.g. LangGraph threads), else a fresh program id."""
-        tags = self.config.tags or current_tags()
-        if tags is None or tags.program_id is None:
+        tags = self._given_tags()
+        if tags is None:
             return RequestTags(
                 program_id=f"prog-{uuid.uuid4().hex[:12]}" + (f"/{label}" if label else "")
             )
@@ -138,8 +138,11 @@ class AdapterSettings:
     def names_programs(self) -> bool:
         """The user gave the programs' tags (config or current): ids are theirs, never adopted
         from a saved state."""
+        return self._given_tags() is not None
+
+    def _given_tags(self) -> RequestTags | None:
         tags = self.config.tags or current_tags()
-        return tags is not None and tags.program_id is not None
+        return tags if tags is not None and tags.program_id is not None else None
 
     # -- what the model and its server say ---------------------------------------------------
     def discover(

@@ -488,8 +488,9 @@ def plot(document: dict[str, Any], path: str | Path) -> Path:
 ADAPTERS_LEGEND = (
     "p50 TTFT of T: transform turns (a commit or a synchronous transform), N: normal turns; "
     "cut: 1 - look T / sync T; N l/s: look N / sync N; wall l/s: the lookahead runs' mean wall "
-    "time / the sync runs'. Each mode runs --repeats times in ABBA order, turns pooled. Overhead: the adapter's own time per model turn (fake model), and the "
-    "framework's whole turn."
+    "time / the sync runs'. Each mode runs --repeats times in ABBA order, turns pooled. "
+    "Overhead: the adapter's own time per model turn (fake model), and the framework's whole "
+    "turn."
 )
 
 

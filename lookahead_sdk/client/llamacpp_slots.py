@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import threading
 from collections import OrderedDict
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
 from lookahead_sdk.base.protocol import RequestTags
 
@@ -70,24 +70,23 @@ class SlotPairs:
             self._pairs[program_id] = pair
             return pair
 
-    def resume(self, program_id: str) -> tuple[SlotPair | None, object | None]:
-        """`enroll`, giving a program that was released the pair it had, with what was kept
-        with it (`release(keep=)`), when both slots are free and no other program's request
-        was placed in them since; else a pair as `enroll` gives it, and None."""
+    def resume(self, program_id: str) -> object | None:
+        """`enroll`, giving a program that was released the pair it had when both slots are
+        free and no other program's request was placed in them since: then what was kept with
+        it (`release(keep=)`), else None."""
         with self._lock:
             parked = self._parked.pop(program_id, None)
-            if program_id in self._pairs or parked is None:
-                parked = None
-            else:
-                slots = (parked.pair.current, parked.pair.branch)
+            if parked is not None and program_id not in self._pairs:
                 free = self._free_slots()
+                slots = (parked.pair.current, parked.pair.branch)
                 if all(
                     slot in free and self._last_placed.get(slot, program_id) == program_id
                     for slot in slots
                 ):
-                    self._pairs[program_id] = replace(parked.pair)
-                    return replace(parked.pair), parked.kept
-        return self.enroll(program_id), None
+                    self._pairs[program_id] = parked.pair  # released: no one else holds it
+                    return parked.kept
+        self.enroll(program_id)
+        return None
 
     def pair(self, program_id: str) -> SlotPair | None:
         with self._lock:

@@ -164,7 +164,7 @@ class LlamaCppWarmer(_HttpWarmer):
         other program used them (`SlotPairs.resume`), so its ready lookahead commits where it
         was warmed."""
         if self.session.slots is not None:
-            _, kept = self.session.slots.resume(program_id)
+            kept = self.session.slots.resume(program_id)
             if isinstance(kept, BranchSlot):
                 kept.finishing = False
                 self._branches[program_id] = kept

@@ -910,9 +910,8 @@ class LookaheadRuntime:
         if program_id != self.program_id:
             if self.mode == "lookahead":
                 self._hooks.detach(self.program_id)
-            self.tags = replace(self.tags, program_id=program_id)
-            if self.mode == "lookahead":
                 self._hooks.attach(program_id)
+            self.tags = replace(self.tags, program_id=program_id)
         # A lookahead that was running restarts by itself: its policy fires again at the next boundary.
 
     # -- lifecycle ---------------------------------------------------------------------------

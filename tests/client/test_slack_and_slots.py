@@ -431,7 +431,8 @@ def test_a_released_program_resumes_its_pair_while_no_other_program_used_it() ->
     # A program that enrolls and releases without sending anything leaves the slots as they were.
     pairs.enroll("fresh")
     pairs.release("fresh")
-    resumed, kept = pairs.resume("a")
+    kept = pairs.resume("a")
+    resumed = pairs.pair("a")
     assert resumed is not None and (resumed.current, resumed.branch) == (pair.current, pair.branch)
     assert kept == "branch record"
     # Once another program's request was placed in one of them, the record is worthless.
@@ -441,14 +442,14 @@ def test_a_released_program_resumes_its_pair_while_no_other_program_used_it() ->
     pairs.slot_for(RequestTags("b"))
     pairs.slot_for(RequestTags("b").lookahead("h"))
     pairs.release("b")
-    assert pairs.resume("a")[1] is None
+    assert pairs.resume("a") is None
     # Parked pairs are bounded by the slots there are.
     for n in range(10):
         pairs.enroll(f"p{n}")
         pairs.release(f"p{n}", keep=n)
-    assert pairs.resume("p9")[1] == 9
+    assert pairs.resume("p9") == 9
     pairs.release("p9")
-    assert pairs.resume("p0")[1] is None
+    assert pairs.resume("p0") is None
 
 
 def test_a_warmer_gives_a_returning_program_its_branch_slot_and_what_it_holds(
