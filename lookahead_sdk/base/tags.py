@@ -10,6 +10,7 @@ import asyncio
 import contextvars
 import logging
 import os
+import time
 import uuid
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import AbstractContextManager, contextmanager
@@ -55,10 +56,17 @@ def use_tags(tags: RequestTags | None) -> AbstractContextManager[RequestTags | N
 class BackgroundWork:
     """The lookahead a piece of background work runs for. The runtime sets `promoted` when a
     commit starts waiting for it; work waiting for slack (`client.slack.SlackGate`) then goes
-    at once. Visible to that work through `current_work()` (a contextvar, like the tags)."""
+    at once. `due_at` is when its commit is expected (`time.monotonic()`; None: not
+    forecast), refreshed at each boundary; the gate lets due work use less idle slack. Visible
+    to that work through `current_work()` (a contextvar, like the tags)."""
 
     group_id: str
     promoted: bool = False
+    due_at: float | None = None
+
+    def due_within(self, seconds: float) -> bool:
+        """Its commit is expected within `seconds`, or is not forecast (so may be any moment)."""
+        return self.due_at is None or self.due_at - time.monotonic() <= seconds
 
 
 _current_work: contextvars.ContextVar[BackgroundWork | None] = contextvars.ContextVar(

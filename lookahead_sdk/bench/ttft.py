@@ -639,6 +639,7 @@ def add_run_arguments(parser: argparse.ArgumentParser, *, tool_latency_s: float)
         "--gate",
         choices=GATE_ADMISSIONS,
         default=DEFAULT_GATE_ADMISSION,
-        help="when background work may use llama.cpp: idle (no foreground request in flight) or "
-        "decode (none waiting for its first token)",
+        help="when background work may use llama.cpp: idle (no foreground request in flight), "
+        "decode (none waiting for its first token) or idle-first (idle, and beside decoding "
+        "replies for work whose commit is due or once the engine has had no idle moment for 2 s)",
     )

@@ -2,9 +2,10 @@
 
 The tagging transports of a `ServerSession` count that server's latency-critical generation
 requests, in flight and still waiting for their first token. A `SlackGate` lets best-effort work (warm-up chunks,
-lookahead summaries) start only when none waits for its first token ("decode", the default) or
-none is in flight at all ("idle"), so no foreground prefill queues behind lookahead work it did
-not ask for; work already sent finishes its chunk. Promoted (latency-critical) work bypasses the
+lookahead summaries) start only when none waits for its first token, and by preference only when
+none is in flight at all, so no foreground prefill queues behind lookahead work it did not ask
+for and no reply decodes slower for it while idle time would do; work already sent finishes its
+chunk. Promoted (latency-critical) work bypasses the
 gate. Only requests made through the session's transports are seen.
 """
 
@@ -69,6 +70,7 @@ class ForegroundRegistry:
         self._prefilling = 0
         self._expected: dict[str | None, float] = {}  # program -> deadline (monotonic)
         self._inflight_by_program: dict[str, int] = {}
+        self._busy_since: float | None = None  # since when one has been in flight, unbroken
         self._idle_since: dict[str, float] = {}  # program with none in flight -> since when
         self._gaps: dict[str, deque[float]] = {}  # program -> its recent idle gaps (seconds)
 
@@ -91,6 +93,8 @@ class ForegroundRegistry:
                 for announced in self._expected:
                     del self._expected[announced]
                     break
+            if self._inflight == 0:
+                self._busy_since = time.monotonic()
             self._inflight += 1
             self._prefilling += 1
             if program_id is not None:
@@ -137,6 +141,15 @@ class ForegroundRegistry:
         with self._lock:
             return self._prefilling + self._announced()
 
+    @property
+    def busy_s(self) -> float:
+        """How long latency-critical requests have been in flight without a break (0 when none
+        is): an engine serving several agents is never idle, one agent's engine is idle between
+        its turns."""
+        with self._lock:
+            since = self._busy_since
+        return 0.0 if since is None else time.monotonic() - since
+
     def _announced(self) -> int:
         """Announced requests not sent yet and still due (called under the lock)."""
         if self._expected:
@@ -156,6 +169,8 @@ class ForegroundRegistry:
             if ended:
                 request.ended = True
                 self._inflight -= 1
+                if self._inflight == 0:
+                    self._busy_since = None
                 program_id = request.program_id
                 if program_id is not None:
                     left = self._inflight_by_program.pop(program_id, 1) - 1
@@ -175,22 +190,37 @@ def counts_as_foreground() -> bool:
     return tags is None or tags.priority_class == "lc"
 
 
-GateAdmission = Literal["idle", "decode"]
-GATE_ADMISSIONS: tuple[GateAdmission, ...] = ("idle", "decode")
-# Measured on the embedded engine (docs/benchmarks.md): "decode" cuts transform-turn TTFT where
-# "idle" finds no slack (4 agents, a sub-agent's context) and leaves normal turns as they were.
-DEFAULT_GATE_ADMISSION: GateAdmission = "decode"
+GateAdmission = Literal["idle-first", "decode", "idle"]
+GATE_ADMISSIONS: tuple[GateAdmission, ...] = ("idle-first", "decode", "idle")
+# Measured on the embedded engine (docs/benchmarks.md): background work in idle time costs the
+# agent nothing; beside a decoding reply it stretches that reply by the chunk's time (a CPU has
+# no spare compute), which made one agent's lookahead runs 4-9% longer than sync. "decode" is
+# still the only slack where agents keep the engine busy (4 agents) and where a sub-agent's
+# context is prefilled while its delegation streams; "idle-first" uses it only then.
+DEFAULT_GATE_ADMISSION: GateAdmission = "idle-first"
+# "idle-first": work whose commit is expected within this many seconds (or not forecast) may
+# run beside a decoding reply; about one agent turn with its tool call on the embedded engine.
+DUE_WITHIN_S = 4.0
+# "idle-first": after this long without a moment with no latency-critical request in flight,
+# the engine is taken to have no idle time to wait for (several agents), and "decode" applies.
+DECODE_AFTER_BUSY_S = 2.0
 
 
 class SlackGate:
-    """`admit="idle"`: best-effort work starts only when no latency-critical request is in
-    flight. `admit="decode"`: also while those in flight are all decoding (none waits for its
-    first token). Either way no chunk starts while a foreground prefill waits (one arriving
-    during a chunk waits for it: `ChunkSizer` keeps chunks short). In "decode" a chunk shares the
-    engine with the decoding requests, whose inter-token gap grows by up to the chunk's time (the
-    paper's hybrid batching, with `ChunkSizer.target_s` as the inter-token bound). That is the
-    only slack a busy engine serving several agents has, and where a sub-agent's context can be
-    prefilled while its instruction streams."""
+    """When best-effort work (warm-up chunks, lookahead summaries, slot copies) may use the
+    engine. Never while a latency-critical request waits for its first token or is announced
+    (`ForegroundRegistry.expect`); one arriving during a chunk waits for it (`ChunkSizer` keeps
+    chunks short). Beyond that, by `admit`:
+
+    - "idle": only when no latency-critical request is in flight;
+    - "decode": also while those in flight are all decoding. A chunk then shares the engine
+      with them and their inter-token gap grows by up to the chunk's time (the paper's hybrid
+      batching, with `ChunkSizer.target_s` as the inter-token bound);
+    - "idle-first" (default): idle time first; beside decoding replies only for work that is
+      due (`BackgroundWork.due_at` within `due_within_s`, or not forecast), or once the engine
+      has had no idle moment for `decode_after_s` (several agents keep it busy).
+
+    Promoted work passes at once."""
 
     def __init__(
         self,
@@ -198,25 +228,42 @@ class SlackGate:
         *,
         admit: GateAdmission = DEFAULT_GATE_ADMISSION,
         poll_s: float = 0.02,
+        due_within_s: float = DUE_WITHIN_S,
+        decode_after_s: float = DECODE_AFTER_BUSY_S,
     ) -> None:
         if not isinstance(foreground, ForegroundRegistry):
             raise TypeError(
                 "SlackGate watches one server's foreground requests: pass its "
                 f"ServerSession.foreground (or use session.gate()), got {type(foreground).__name__}"
             )
-        if poll_s <= 0:
-            raise ValueError(f"poll_s must be positive seconds, got {poll_s}")
+        for name, seconds in (
+            ("poll_s", poll_s),
+            ("due_within_s", due_within_s),
+            ("decode_after_s", decode_after_s),
+        ):
+            if not seconds > 0:
+                raise ValueError(f"{name} must be positive seconds, got {seconds}")
         if admit not in GATE_ADMISSIONS:
             raise ValueError(f"admit must be one of {GATE_ADMISSIONS}, got {admit!r}")
         self.foreground = foreground
         self.admit = admit
         self.poll_s = poll_s
+        self.due_within_s = due_within_s
+        self.decode_after_s = decode_after_s
         self.waited_s = 0.0
 
-    def has_slack(self) -> bool:
+    def has_slack(self, work: BackgroundWork | None = None) -> bool:
+        """Whether best-effort work for `work` may start now (see `admit`)."""
+        foreground = self.foreground
+        if foreground.inflight == 0:
+            return True
+        if self.admit == "idle" or foreground.prefilling > 0:
+            return False
         if self.admit == "decode":
-            return self.foreground.prefilling == 0
-        return self.foreground.inflight == 0
+            return True
+        return (
+            work is not None and work.due_within(self.due_within_s)
+        ) or foreground.busy_s >= self.decode_after_s
 
     def must_yield(self) -> bool:
         """For best-effort work already running (a lookahead summary decoding): whether it
@@ -226,7 +273,7 @@ class SlackGate:
 
     def _holds(self, work: BackgroundWork | None) -> bool:
         """Best-effort work for `work` must not run now: no slack, and not promoted."""
-        return not self.has_slack() and not (work is not None and work.promoted)
+        return not (work is not None and work.promoted) and not self.has_slack(work)
 
     async def wait(self, *, until: Callable[[], bool] | None = None) -> float:
         """Return once the engine has slack (see `admit`); at once for latency-critical callers,

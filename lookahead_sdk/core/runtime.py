@@ -528,6 +528,7 @@ class LookaheadRuntime:
     # -- background work ---------------------------------------------------------------------
     def _on_boundary(self) -> None:
         self._growth.observe(self.clock(), self.main.tokens)
+        self._refresh_due()
         if self.main.awaits_model_call():
             # Whatever starts below must not go to the engine ahead of that call.
             self._hooks.model_call_next(self.program_id)
@@ -579,6 +580,7 @@ class LookaheadRuntime:
         ctx.expected_growth_tokens = self._expected_growth_until_commit()
         kept_from = self.policy.kept_from(snapshot.messages, ctx)
         self.lookahead.start(snapshot, group_id, kept_from=kept_from)
+        self._refresh_due()
         self.stats.lookaheads_started += 1
         self._run_job(self._lookahead_job(snapshot, group_id, ctx))
 
@@ -842,6 +844,14 @@ class LookaheadRuntime:
         remaining = self.policy.tokens_until_commit(self.main)
         seconds = self._growth.seconds_until(remaining) if remaining is not None else None
         return None if seconds is None else int(seconds * 1000)
+
+    def _refresh_due(self) -> None:
+        """Tell the lookahead's background work when its commit is expected (the slack gate
+        lets due work run beside decoding replies, the rest waits for idle time)."""
+        work = self.lookahead.work
+        if work is not None:
+            deadline_ms = self._commit_deadline_ms()
+            work.due_at = None if deadline_ms is None else time.monotonic() + deadline_ms / 1000
 
     def _transform_context(
         self, *, is_lookahead: bool, partial_output: PartialOutput | None

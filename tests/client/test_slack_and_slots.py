@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import time
 
 import pytest
 from openai import AsyncOpenAI
@@ -116,6 +117,41 @@ def test_gate_rejects_an_unknown_admission_rule_and_a_foreign_registry() -> None
         SlackGate(ForegroundRegistry(), admit="always")  # type: ignore[arg-type]
     with pytest.raises(TypeError, match=r"session\.gate"):
         SlackGate("http://engine:1")  # type: ignore[arg-type]
+
+
+async def test_idle_first_admission_keeps_work_that_is_not_due_for_idle_time() -> None:
+    """Beside a decoding reply only work whose commit is due (or not forecast) goes; the rest
+    waits for a moment with nothing in flight, or for the engine to have had none for
+    `decode_after_s` (several agents keep it busy)."""
+    registry = ForegroundRegistry()
+    gate = SlackGate(registry, admit="idle-first", poll_s=0.005, decode_after_s=0.3)
+    later = BackgroundWork("later", due_at=time.monotonic() + 60)
+    soon = BackgroundWork("soon", due_at=time.monotonic() + 1)
+    unknown = BackgroundWork("unknown")
+    assert all(gate.has_slack(work) for work in (later, soon, unknown, None))  # idle
+    reply = registry.begin()
+    assert not any(gate.has_slack(work) for work in (later, soon, unknown))  # prefilling
+    reply.first_token()
+    assert [gate.has_slack(work) for work in (later, soon, unknown, None)] == [
+        False,
+        True,
+        True,
+        False,
+    ]
+    with use_tags(RequestTags("p").lookahead("later")), doing(later):
+        waited = await asyncio.wait_for(gate.wait(), 5)  # opens once busy for 0.3 s
+    assert waited > 0 and registry.busy_s >= 0.3
+    reply.end()
+    assert registry.busy_s == 0.0
+    registry.begin().first_token()  # a new busy stretch starts from zero
+    assert not gate.has_slack(later) and gate.has_slack(soon)
+
+
+def test_gate_settings_are_checked_by_name() -> None:
+    with pytest.raises(ValueError, match="due_within_s must be positive"):
+        SlackGate(ForegroundRegistry(), due_within_s=0)
+    with pytest.raises(ValueError, match="decode_after_s must be positive"):
+        SlackGate(ForegroundRegistry(), decode_after_s=-1)
 
 
 async def test_promotion_releases_the_waiting_work_of_that_lookahead_only() -> None:

@@ -5,12 +5,16 @@ engine ahead of that call (`Warmer.model_call_next`, `ForegroundRegistry.expect`
 from __future__ import annotations
 
 import asyncio
+import time
+
+import pytest
 
 from lookahead_sdk import LookaheadRuntime
 from lookahead_sdk.base.messages import Message
 from lookahead_sdk.core.state import MainState, PartialOutput
 from lookahead_sdk.strategies import KeepRecent
 
+from ..support.clock import VirtualClock
 from .policies import RecordingWarmer
 from .test_commit_ahead import COUNTER, HARD, START, model_turn, tool_output
 
@@ -64,3 +68,37 @@ def test_a_streaming_model_output_is_not_a_call_to_come() -> None:
     main.set_partial_output(PartialOutput("Reading"))
     assert not main.awaits_model_call()
     assert not MainState(START[:1], token_counter=COUNTER).awaits_model_call()
+
+
+def test_the_lookahead_work_knows_when_its_commit_is_due() -> None:
+    """The slack gate keeps work for a commit far off to idle time (`BackgroundWork.due_at`):
+    the runtime sets it from the distance to the trigger at the history's growth rate, and
+    brings it nearer at each boundary."""
+
+    async def run() -> list[float]:
+        clock = VirtualClock()
+        left: list[float] = []
+        policy = KeepRecent(budget=2000, hard_limit=HARD, lookahead_at=1200)
+        async with LookaheadRuntime(
+            policy, messages=START, window_tokens=8192, token_counter=COUNTER
+        ) as runtime:
+            runtime.clock = clock
+            for step in range(12):
+                runtime.append(model_turn(step))
+                await runtime.boundary()
+                runtime.append(tool_output(step, 200))
+                clock.now += 2.0  # the tool call
+                await runtime.boundary()
+                work = runtime.lookahead.work
+                if work is not None and work.due_at is not None:
+                    remaining = policy.tokens_until_commit(runtime.main)
+                    assert remaining is not None
+                    rate = runtime.main.tokens / clock.now  # steady growth since the start
+                    assert work.due_at - time.monotonic() == pytest.approx(
+                        remaining / rate, rel=0.35, abs=0.5
+                    )
+                    left.append(work.due_at - time.monotonic())
+        return left
+
+    left = asyncio.run(run())
+    assert len(left) >= 2 and left == sorted(left, reverse=True)
