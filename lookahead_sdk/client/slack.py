@@ -57,6 +57,7 @@ EXPECTED_WITHIN_S = 1.0
 GAPS_KEPT = 16
 GAPS_TO_FORECAST = 4  # fewer observed: no forecast for that program
 PROGRAMS_FORECAST = 1024  # idle programs tracked; beyond it the longest idle is forgotten
+BUSY_KEPT_S = 300.0  # how far back busy stretches are kept (`ForegroundRegistry.idle_share`)
 
 
 class ForegroundRegistry:
@@ -70,7 +71,10 @@ class ForegroundRegistry:
         self._prefilling = 0
         self._expected: dict[str | None, float] = {}  # program -> deadline (monotonic)
         self._inflight_by_program: dict[str, int] = {}
-        self._busy_since: float | None = None  # since when one has been in flight, unbroken
+        # When one has been in flight without a break: the current stretch, the recent ones.
+        self._created = time.monotonic()
+        self._busy_since: float | None = None
+        self._busy_stretches: deque[tuple[float, float]] = deque()
         self._idle_since: dict[str, float] = {}  # program with none in flight -> since when
         self._gaps: dict[str, deque[float]] = {}  # program -> its recent idle gaps (seconds)
 
@@ -141,14 +145,21 @@ class ForegroundRegistry:
         with self._lock:
             return self._prefilling + self._announced()
 
-    @property
-    def busy_s(self) -> float:
-        """How long latency-critical requests have been in flight without a break (0 when none
-        is): an engine serving several agents is never idle, one agent's engine is idle between
-        its turns."""
+    def idle_share(self, window_s: float) -> float:
+        """The share of the last `window_s` seconds (at most `BUSY_KEPT_S`, or the time since
+        this registry was made if shorter) in which no latency-critical request was in flight:
+        about half for one agent whose tool calls take as long as its model calls, little for
+        an engine serving several agents."""
+        now = time.monotonic()
+        start = max(now - min(window_s, BUSY_KEPT_S), self._created)
+        if now <= start:
+            return 1.0
         with self._lock:
-            since = self._busy_since
-        return 0.0 if since is None else time.monotonic() - since
+            stretches = [stretch for stretch in self._busy_stretches if stretch[1] > start]
+            if self._busy_since is not None:
+                stretches.append((self._busy_since, now))
+        busy = sum(end - max(begin, start) for begin, end in stretches)
+        return max(0.0, 1.0 - busy / (now - start))
 
     def _announced(self) -> int:
         """Announced requests not sent yet and still due (called under the lock)."""
@@ -169,8 +180,12 @@ class ForegroundRegistry:
             if ended:
                 request.ended = True
                 self._inflight -= 1
-                if self._inflight == 0:
+                if self._inflight == 0 and self._busy_since is not None:
+                    now = time.monotonic()
+                    self._busy_stretches.append((self._busy_since, now))
                     self._busy_since = None
+                    while self._busy_stretches[0][1] < now - BUSY_KEPT_S:
+                        self._busy_stretches.popleft()
                 program_id = request.program_id
                 if program_id is not None:
                     left = self._inflight_by_program.pop(program_id, 1) - 1
@@ -201,9 +216,10 @@ DEFAULT_GATE_ADMISSION: GateAdmission = "idle-first"
 # "idle-first": work whose commit is expected within this many seconds (or not forecast) may
 # run beside a decoding reply; about one agent turn with its tool call on the embedded engine.
 DUE_WITHIN_S = 4.0
-# "idle-first": after this long without a moment with no latency-critical request in flight,
-# the engine is taken to have no idle time to wait for (several agents), and "decode" applies.
-DECODE_AFTER_BUSY_S = 2.0
+# "idle-first": an engine idle less than this share of the last IDLE_WINDOW_S has too little
+# idle time to wait for (several agents keep it busy), and "decode" applies.
+MIN_IDLE_SHARE = 0.25
+IDLE_WINDOW_S = 20.0
 
 
 class SlackGate:
@@ -217,8 +233,9 @@ class SlackGate:
       with them and their inter-token gap grows by up to the chunk's time (the paper's hybrid
       batching, with `ChunkSizer.target_s` as the inter-token bound);
     - "idle-first" (default): idle time first; beside decoding replies only for work that is
-      due (`BackgroundWork.due_at` within `due_within_s`, or not forecast), or once the engine
-      has had no idle moment for `decode_after_s` (several agents keep it busy).
+      due (`BackgroundWork.due_at` within `due_within_s`, or not forecast), or while the engine
+      was idle less than `min_idle_share` of the last `idle_window_s` (several agents keep it
+      busy: waiting for idle time would starve the work).
 
     Promoted work passes at once."""
 
@@ -229,7 +246,8 @@ class SlackGate:
         admit: GateAdmission = DEFAULT_GATE_ADMISSION,
         poll_s: float = 0.02,
         due_within_s: float = DUE_WITHIN_S,
-        decode_after_s: float = DECODE_AFTER_BUSY_S,
+        min_idle_share: float = MIN_IDLE_SHARE,
+        idle_window_s: float = IDLE_WINDOW_S,
     ) -> None:
         if not isinstance(foreground, ForegroundRegistry):
             raise TypeError(
@@ -239,17 +257,25 @@ class SlackGate:
         for name, seconds in (
             ("poll_s", poll_s),
             ("due_within_s", due_within_s),
-            ("decode_after_s", decode_after_s),
+            ("idle_window_s", idle_window_s),
         ):
             if not seconds > 0:
                 raise ValueError(f"{name} must be positive seconds, got {seconds}")
+        if idle_window_s > BUSY_KEPT_S:
+            raise ValueError(
+                f"idle_window_s must be at most {BUSY_KEPT_S:g} seconds (the busy time kept), "
+                f"got {idle_window_s}"
+            )
+        if not 0 <= min_idle_share <= 1:
+            raise ValueError(f"min_idle_share must be a share in [0, 1], got {min_idle_share}")
         if admit not in GATE_ADMISSIONS:
             raise ValueError(f"admit must be one of {GATE_ADMISSIONS}, got {admit!r}")
         self.foreground = foreground
         self.admit = admit
         self.poll_s = poll_s
         self.due_within_s = due_within_s
-        self.decode_after_s = decode_after_s
+        self.min_idle_share = min_idle_share
+        self.idle_window_s = idle_window_s
         self.waited_s = 0.0
 
     def has_slack(self, work: BackgroundWork | None = None) -> bool:
@@ -261,9 +287,9 @@ class SlackGate:
             return False
         if self.admit == "decode":
             return True
-        return (
-            work is not None and work.due_within(self.due_within_s)
-        ) or foreground.busy_s >= self.decode_after_s
+        return (work is not None and work.due_within(self.due_within_s)) or foreground.idle_share(
+            self.idle_window_s
+        ) < self.min_idle_share
 
     def must_yield(self) -> bool:
         """For best-effort work already running (a lookahead summary decoding): whether it

@@ -121,14 +121,17 @@ def test_gate_rejects_an_unknown_admission_rule_and_a_foreign_registry() -> None
 
 async def test_idle_first_admission_keeps_work_that_is_not_due_for_idle_time() -> None:
     """Beside a decoding reply only work whose commit is due (or not forecast) goes; the rest
-    waits for a moment with nothing in flight, or for the engine to have had none for
-    `decode_after_s` (several agents keep it busy)."""
+    waits for a moment with nothing in flight, or for the engine to have been idle less than
+    `min_idle_share` of the recent window (several agents keep it busy)."""
     registry = ForegroundRegistry()
-    gate = SlackGate(registry, admit="idle-first", poll_s=0.005, decode_after_s=0.3)
+    gate = SlackGate(
+        registry, admit="idle-first", poll_s=0.005, idle_window_s=1.0, min_idle_share=0.5
+    )
     later = BackgroundWork("later", due_at=time.monotonic() + 60)
     soon = BackgroundWork("soon", due_at=time.monotonic() + 1)
     unknown = BackgroundWork("unknown")
-    assert all(gate.has_slack(work) for work in (later, soon, unknown, None))  # idle
+    await asyncio.sleep(0.4)  # an idle engine
+    assert all(gate.has_slack(work) for work in (later, soon, unknown, None))
     reply = registry.begin()
     assert not any(gate.has_slack(work) for work in (later, soon, unknown))  # prefilling
     reply.first_token()
@@ -139,19 +142,41 @@ async def test_idle_first_admission_keeps_work_that_is_not_due_for_idle_time() -
         False,
     ]
     with use_tags(RequestTags("p").lookahead("later")), doing(later):
-        waited = await asyncio.wait_for(gate.wait(), 5)  # opens once busy for 0.3 s
-    assert waited > 0 and registry.busy_s >= 0.3
+        waited = await asyncio.wait_for(gate.wait(), 5)  # opens once busy over half the window
+    assert waited > 0 and registry.idle_share(1.0) < 0.5
     reply.end()
-    assert registry.busy_s == 0.0
-    registry.begin().first_token()  # a new busy stretch starts from zero
+    await asyncio.sleep(0.6)  # idle again: over half of the last second
+    registry.begin().first_token()
+    assert registry.idle_share(1.0) > 0.5
     assert not gate.has_slack(later) and gate.has_slack(soon)
+
+
+def test_idle_share_counts_overlapping_requests_once() -> None:
+    created = time.monotonic()
+    registry = ForegroundRegistry()
+    begun = time.monotonic()
+    first, second = registry.begin(), registry.begin()
+    time.sleep(0.2)
+    first.end()
+    time.sleep(0.1)
+    second.end()  # one busy stretch (both requests), counted once
+    ended = time.monotonic()
+    time.sleep(0.3)
+    now = time.monotonic()
+    busy_at_most, busy_at_least = ended - created, ended - begun - 0.01
+    share = registry.idle_share(10.0)
+    assert 1 - busy_at_most / (now - created) - 0.02 <= share
+    assert share <= 1 - busy_at_least / (time.monotonic() - created) + 0.02
+    assert registry.idle_share(now - ended - 0.05) == 1.0  # nothing in flight in that window
 
 
 def test_gate_settings_are_checked_by_name() -> None:
     with pytest.raises(ValueError, match="due_within_s must be positive"):
         SlackGate(ForegroundRegistry(), due_within_s=0)
-    with pytest.raises(ValueError, match="decode_after_s must be positive"):
-        SlackGate(ForegroundRegistry(), decode_after_s=-1)
+    with pytest.raises(ValueError, match="idle_window_s must be at most"):
+        SlackGate(ForegroundRegistry(), idle_window_s=10_000)
+    with pytest.raises(ValueError, match=r"min_idle_share must be a share in \[0, 1\]"):
+        SlackGate(ForegroundRegistry(), min_idle_share=1.5)
 
 
 async def test_promotion_releases_the_waiting_work_of_that_lookahead_only() -> None:
