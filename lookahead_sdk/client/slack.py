@@ -209,7 +209,7 @@ GateAdmission = Literal["idle-first", "decode", "idle"]
 GATE_ADMISSIONS: tuple[GateAdmission, ...] = ("idle-first", "decode", "idle")
 # Measured on the embedded engine (docs/benchmarks.md): background work in idle time costs the
 # agent nothing; beside a decoding reply it stretches that reply by the chunk's time (a CPU has
-# no spare compute), which made one agent's lookahead runs 4-9% longer than sync. "decode" is
+# no spare compute), which made one agent's lookahead runs 6-9% longer than sync. "decode" is
 # still the only slack where agents keep the engine busy (4 agents) and where a sub-agent's
 # context is prefilled while its delegation streams; "idle-first" uses it only then.
 DEFAULT_GATE_ADMISSION: GateAdmission = "idle-first"
