@@ -641,5 +641,5 @@ def add_run_arguments(parser: argparse.ArgumentParser, *, tool_latency_s: float)
         default=DEFAULT_GATE_ADMISSION,
         help="when background work may use llama.cpp: idle (no foreground request in flight), "
         "decode (none waiting for its first token) or idle-first (idle, and beside decoding "
-        "replies for work whose commit is due, or while the engine was idle under 25% of the last 20 s)",
+        "replies for work whose commit is due, or while the engine was idle under 25%% of the last 20 s)",
     )

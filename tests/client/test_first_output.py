@@ -95,7 +95,7 @@ async def test_a_request_waits_until_its_first_output_not_its_first_bytes() -> N
         return httpx.Response(200, headers={"content-type": "text/event-stream"}, content=body())
 
     session = ServerSession("http://engine.test")
-    gate = session.gate()
+    gate = session.gate(admit="decode")  # decode: gated by the first output alone
     client = httpx.AsyncClient(
         transport=AsyncTaggingTransport(httpx.MockTransport(handler), session=session)
     )
@@ -119,7 +119,7 @@ async def test_a_request_waits_until_its_first_output_not_its_first_bytes() -> N
 
 def test_an_announced_model_call_holds_best_effort_work_until_it_is_sent() -> None:
     session = ServerSession("http://engine.test")
-    registry, gate = session.foreground, session.gate()
+    registry, gate = session.foreground, session.gate(admit="decode")
     registry.expect("p")
     assert (registry.inflight, registry.prefilling) == (1, 1) and not gate.has_slack()
     request = registry.begin("q")  # another program's request is not the one announced
