@@ -285,11 +285,9 @@ class SlackGate:
             return True
         if self.admit == "idle" or foreground.prefilling > 0:
             return False
-        if self.admit == "decode":
+        if self.admit == "decode" or (work is not None and work.due_within(self.due_within_s)):
             return True
-        return (work is not None and work.due_within(self.due_within_s)) or foreground.idle_share(
-            self.idle_window_s
-        ) < self.min_idle_share
+        return foreground.idle_share(self.idle_window_s) < self.min_idle_share
 
     def must_yield(self) -> bool:
         """For best-effort work already running (a lookahead summary decoding): whether it

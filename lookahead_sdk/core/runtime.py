@@ -841,17 +841,20 @@ class LookaheadRuntime:
     def _commit_deadline_ms(self) -> int | None:
         """When the commit is expected (ms from now), from the policy's distance to its trigger
         and the history's recent growth rate; lets the server order best-effort work by urgency."""
-        remaining = self.policy.tokens_until_commit(self.main)
-        seconds = self._growth.seconds_until(remaining) if remaining is not None else None
+        seconds = self._seconds_until_commit()
         return None if seconds is None else int(seconds * 1000)
+
+    def _seconds_until_commit(self) -> float | None:
+        remaining = self.policy.tokens_until_commit(self.main)
+        return self._growth.seconds_until(remaining) if remaining is not None else None
 
     def _refresh_due(self) -> None:
         """Tell the lookahead's background work when its commit is expected (the slack gate
         lets due work run beside decoding replies, the rest waits for idle time)."""
         work = self.lookahead.work
         if work is not None:
-            deadline_ms = self._commit_deadline_ms()
-            work.due_at = None if deadline_ms is None else time.monotonic() + deadline_ms / 1000
+            seconds = self._seconds_until_commit()
+            work.due_at = None if seconds is None else time.monotonic() + seconds
 
     def _transform_context(
         self, *, is_lookahead: bool, partial_output: PartialOutput | None
