@@ -35,6 +35,8 @@ from lookahead_sdk.client.timeline import (
     RequestTimeline,
     TimelineEntry,
     background_overlap,
+    mean_background,
+    summed_turn_waits,
     turn_wait,
 )
 from lookahead_sdk.client.transport import tagged_async_http_client
@@ -46,6 +48,26 @@ from lookahead_sdk.strategies import Isolate, KeepRecent, Offload, Summarize
 
 STRATEGIES: tuple[str, ...] = ("offload", "keep_recent", "summarize", "isolate")
 Mode = Literal["sync", "lookahead"]
+# `RunResult` fields pooled by concatenation and by sum (`RunResult.pooled`).
+POOLED_LISTS = (
+    "transform_ttft_s",
+    "normal_ttft_s",
+    "transform_new_tokens",
+    "normal_new_tokens",
+    "transform_context_tokens",
+)
+POOLED_COUNTS = (
+    "transform_turns",
+    "lookahead_hits",
+    "stale",
+    "fallbacks",
+    "extra_prompt_tokens",
+    "cached_prompt_tokens",
+    "prefilled_prompt_tokens",
+    "wasted_prompt_tokens",
+    "regrown_lookaheads",
+    "resized_commits",
+)
 
 
 @dataclass
@@ -78,7 +100,31 @@ class RunResult:
     # waited for its first token (`timeline.background_overlap`).
     background: dict[str, dict[str, float]] = field(default_factory=dict)
     gate_wait_s: float = 0.0  # best-effort work held back by the slack gate, summed
-    background_yields: int = 0  # background LLM replies stopped for a foreground request
+    background_yields: float = 0  # background LLM replies stopped for a foreground request
+    # Runs pooled into this record (`pooled`): how many, and each one's wall time.
+    repeats: int = 1
+    wall_s_each: list[float] = field(default_factory=list)
+
+    @classmethod
+    def pooled(cls, runs: Sequence[RunResult]) -> RunResult:
+        """Repeated runs of one strategy and mode as one record: turn lists and token counts
+        over all of them (so p50s, hits and per-turn waits are over every turn), the wall time
+        as the mean run's (each run's kept), background work and gate figures per run (means)."""
+        if not runs:
+            raise ValueError("pooled needs at least one run")
+        count = len(runs)
+        merged = cls(repeats=count, wall_s_each=[run.wall_s for run in runs])
+        merged.wall_s = sum(merged.wall_s_each) / count
+        for run in runs:
+            for name in POOLED_LISTS:
+                getattr(merged, name).extend(getattr(run, name))
+            for name in POOLED_COUNTS:
+                setattr(merged, name, getattr(merged, name) + getattr(run, name))
+        merged.turn_wait_s = summed_turn_waits(run.turn_wait_s for run in runs)
+        merged.background = mean_background([run.background for run in runs])
+        merged.gate_wait_s = sum(run.gate_wait_s for run in runs) / count
+        merged.background_yields = sum(run.background_yields for run in runs) / count
+        return merged
 
     def add(self, run: AgentRun) -> None:
         for turn in run.turns:

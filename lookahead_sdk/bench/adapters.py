@@ -52,6 +52,7 @@ from lookahead_sdk.bench.common import (
 from lookahead_sdk.bench.ttft import DEFAULT_TOOL_LATENCY_S
 from lookahead_sdk.bench.ttft_targets import FEW_TURNS, safe_ratio
 from lookahead_sdk.bench.ttft_waits import WAITS_LEGEND, has_waits, waits_tables
+from lookahead_sdk.client.timeline import mean_background, summed_turn_waits
 
 FRAMEWORKS: tuple[str, ...] = ("reference", "langchain", "llamaindex", "autogen")
 MODES = ("sync", "lookahead")
@@ -98,14 +99,8 @@ def merge_repeats(runs: list[ExampleRun]) -> ExampleRun:
         merged.normal_ttft_s += run.normal_ttft_s
         merged.commits += run.commits
         merged.context_tokens += run.context_tokens
-        for kind, causes in run.turn_wait_s.items():
-            pooled = merged.turn_wait_s.setdefault(kind, {})
-            for cause, seconds in causes.items():
-                pooled[cause] = pooled.get(cause, 0.0) + seconds
-        for kind, load in run.background.items():
-            per_run = merged.background.setdefault(kind, {})
-            for key, value in load.items():
-                per_run[key] = per_run.get(key, 0.0) + value / count
+    merged.turn_wait_s = summed_turn_waits(run.turn_wait_s for run in runs)
+    merged.background = mean_background([run.background for run in runs])
     return merged
 
 

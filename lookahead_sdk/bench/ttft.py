@@ -90,6 +90,9 @@ class TtftBenchConfig:
     large_output_every: int = DEFAULT_LARGE_OUTPUT_EVERY
     gate: GateAdmission = DEFAULT_GATE_ADMISSION  # client-side slack admission on llama.cpp
     modes: tuple[str, ...] = MODES  # one mode alone only to trace it (no side-by-side figures)
+    # Runs per strategy and mode, the modes in ABBA order (sync, lookahead, lookahead, sync, ...)
+    # so that a machine slowing down or speeding up over the run weighs on both alike.
+    repeats: int = 1
 
     def __post_init__(self) -> None:
         unknown = set(self.strategies) - set(STRATEGIES)
@@ -105,10 +108,21 @@ class TtftBenchConfig:
             )
         if not self.modes or set(self.modes) - set(MODES):
             raise ValueError(f"modes must be among {MODES}, got {list(self.modes)}")
+        if self.repeats < 1:
+            raise ValueError(f"repeats must be >= 1, got {self.repeats}")
         if self.isolate_steps is not None and self.isolate_steps < 1:
             raise ValueError(f"isolate_steps must be >= 1, got {self.isolate_steps}")
         if self.sim_profile is not None and self.base_url is not None:
             raise ValueError("base_url and sim_profile exclude each other: pick one server")
+
+    def run_order(self) -> list[tuple[int, str]]:
+        """(repeat, mode) in the order they run: ABBA, so each mode's mean run sits at the same
+        point of the whole run."""
+        return [
+            (repeat, mode)
+            for repeat in range(self.repeats)
+            for mode in (self.modes if repeat % 2 == 0 else self.modes[::-1])
+        ]
 
     def steps_for(self, strategy: str) -> int:
         if strategy != "isolate":
@@ -238,7 +252,7 @@ def erase_llamacpp_slots(base_url: str) -> bool:
 async def run_ttft_bench(
     config: TtftBenchConfig,
     on_turn: Callable[[TurnRecord], None] | None = None,
-    on_run: Callable[[str, str], None] | None = None,
+    on_run: Callable[[str, str, int], None] | None = None,
 ) -> dict[str, Any]:
     engine: EmbeddedEngine | SimulatedEngine | None = None
     if config.sim_profile is not None:
@@ -275,39 +289,43 @@ async def run_ttft_bench(
             "tool_output_tokens": list(config.tool_output_tokens or default_read_tokens(window)),
             "large_output_every": config.large_output_every,
             "gate": config.gate,
+            "repeats": config.repeats,
             "machine": f"{platform.machine()}, {__import__('os').cpu_count()} CPUs",
             "strategies": {},
         }
+        fresh = True  # the engine (re)started for this run: a clean cache
         for strategy in config.strategies:
-            runs: dict[str, Any] = {}
-            for mode in config.modes:
+            done: dict[str, list[RunResult]] = {mode: [] for mode in config.modes}
+            for repeat, mode in config.run_order():
                 if on_run:
-                    on_run(strategy, mode)
-                if engine is not None and runs:
+                    on_run(strategy, mode, repeat)
+                if engine is not None and not fresh:
                     base_url = engine.restart()
                 elif engine is None:
                     erase_llamacpp_slots(base_url)
-                result: RunResult = await run_agents(
-                    base_url,
-                    strategy=strategy,
-                    mode=mode,
-                    agents=config.agents,
-                    steps=config.steps_for(strategy),
-                    window_tokens=window,
-                    warmer=warmer,
-                    seed=config.seed,
-                    model=facts["model"],
-                    max_tokens=config.max_tokens,
-                    on_turn=on_turn,
-                    tool_latency_s=config.tool_latency_s,
-                    tool_output_tokens=config.tool_output_tokens,
-                    large_output_every=config.large_output_every,
-                    slack_admit=config.gate,
+                fresh = False
+                done[mode].append(
+                    await run_agents(
+                        base_url,
+                        strategy=strategy,
+                        mode=mode,
+                        agents=config.agents,
+                        steps=config.steps_for(strategy),
+                        window_tokens=window,
+                        warmer=warmer,
+                        seed=config.seed,
+                        model=facts["model"],
+                        max_tokens=config.max_tokens,
+                        on_turn=on_turn,
+                        tool_latency_s=config.tool_latency_s,
+                        tool_output_tokens=config.tool_output_tokens,
+                        large_output_every=config.large_output_every,
+                        slack_admit=config.gate,
+                    )
                 )
-                runs[mode] = result.to_json()
-            document["strategies"][strategy] = runs
-            if engine is not None and strategy != config.strategies[-1]:
-                base_url = engine.restart()
+            document["strategies"][strategy] = {
+                mode: RunResult.pooled(results).to_json() for mode, results in done.items()
+            }
         return document
     except Exception as error:
         # A dead engine surfaces as whatever request noticed first (a dropped connection); say
@@ -393,7 +411,8 @@ def summary_tables(document: dict[str, Any]) -> list[Table]:
         ("strategy", "sync T", "look T", "cut", "sync N", "look N", "T/N", "T/N~"),
     )
     work = compact_table(
-        "Lookahead work (lookahead runs)",
+        "Lookahead work (lookahead runs)"
+        + (f", {repeats} runs pooled" if (repeats := document.get("repeats", 1)) > 1 else ""),
         ("strategy", "hits", "stale", "fallbacks", "extra tok", "net tok", "wasted tok"),
     )
     few_turns = False
@@ -511,8 +530,9 @@ async def run_with_progress(config: TtftBenchConfig) -> dict[str, Any]:
     with progress() as bar:
         task = bar.add_task("starting", total=None)
 
-        def on_run(strategy: str, mode: str) -> None:
-            bar.update(task, description=f"{strategy} / {mode}", completed=0)
+        def on_run(strategy: str, mode: str, repeat: int) -> None:
+            of = f" ({repeat + 1}/{config.repeats})" if config.repeats > 1 else ""
+            bar.update(task, description=f"{strategy} / {mode}{of}", completed=0)
 
         def on_turn(turn: TurnRecord) -> None:
             bar.advance(task)
@@ -539,6 +559,7 @@ def main(args: argparse.Namespace) -> int:
         tool_output_tokens=args.tool_output_tokens,
         large_output_every=args.large_output_every,
         gate=args.gate,
+        repeats=args.repeats,
     )
     document = asyncio.run(run_with_progress(config))
     write_json(args.json, document)
@@ -634,6 +655,13 @@ def add_run_arguments(parser: argparse.ArgumentParser, *, tool_latency_s: float)
         type=non_negative_float,
         default=tool_latency_s,
         help="mean seconds a tool call takes (0.5x-1.5x per call)",
+    )
+    parser.add_argument(
+        "--repeats",
+        type=positive_int,
+        default=1,
+        help="runs per strategy and mode, in ABBA order (sync, lookahead, lookahead, sync, ...); "
+        "turns are pooled, the wall time is the mean run's (a noisy machine wants 2 or more)",
     )
     parser.add_argument(
         "--gate",

@@ -60,7 +60,7 @@ def waits_tables(runs: Runs, *, name: str = "strategy") -> list[Table]:
         ("run", "TTFT", *(label for _, label in CAUSE_COLUMNS)),
     )
     background = compact_table(
-        "Background requests (lookahead runs): n / s run / s during a foreground wait",
+        "Background requests (lookahead runs, per run): n / s run / s during a foreground wait",
         (name, *(label for _, label in BACKGROUND_COLUMNS), "yields", "gate s"),
     )
     for run_name, by_mode in runs.items():
@@ -81,10 +81,15 @@ def waits_tables(runs: Runs, *, name: str = "strategy") -> list[Table]:
         background.add_row(
             run_name,
             *(_load(look["background"].get(kind)) for kind, _ in BACKGROUND_COLUMNS),
-            str(look.get("background_yields", "-")),
+            _count(look.get("background_yields")),
             "-" if gate_wait_s is None else f"{gate_wait_s:.1f}",
         )
     return [waits, background]
+
+
+def _count(value: float | None) -> str:
+    """A count per run: whole for one run, a mean with one decimal over several."""
+    return "-" if value is None else f"{value:.1f}".removesuffix(".0")
 
 
 def _ms(seconds: float) -> str:

@@ -33,6 +33,7 @@ def main(args: argparse.Namespace) -> int:
         port=args.port,
         engine_threads=args.engine_threads,
         gate=args.gate,
+        repeats=args.repeats,
     )
     print(
         f"lookahead-sdk demo: {len(config.strategies)} strategies x (sync, lookahead) "

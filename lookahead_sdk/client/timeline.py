@@ -13,7 +13,7 @@ from __future__ import annotations
 import itertools
 import threading
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Literal
 
@@ -212,3 +212,30 @@ def _union(intervals: Iterable[tuple[float, float]]) -> list[tuple[float, float]
         else:
             merged.append((start, end))
     return merged
+
+
+def summed_turn_waits(
+    runs: Iterable[Mapping[str, Mapping[str, float]]],
+) -> dict[str, dict[str, float]]:
+    """Several runs' turn waits (per turn kind, per cause, summed over the turns) as one run's:
+    summed again, so that divided by the pooled turns they stay per-turn means."""
+    pooled: dict[str, dict[str, float]] = {}
+    for waits in runs:
+        for kind, causes in waits.items():
+            sums = pooled.setdefault(kind, {})
+            for cause, seconds in causes.items():
+                sums[cause] = sums.get(cause, 0.0) + seconds
+    return pooled
+
+
+def mean_background(
+    runs: Sequence[Mapping[str, Mapping[str, float]]],
+) -> dict[str, dict[str, float]]:
+    """Several runs' `background_overlap` records (as dicts) as one run's: the mean per run."""
+    pooled: dict[str, dict[str, float]] = {}
+    for loads in runs:
+        for kind, load in loads.items():
+            per_run = pooled.setdefault(kind, {})
+            for key, value in load.items():
+                per_run[key] = per_run.get(key, 0.0) + value / len(runs)
+    return pooled

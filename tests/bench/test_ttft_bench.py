@@ -72,7 +72,7 @@ def test_bench_ttft_document_on_the_embedded_engine(embedded_engine, tmp_path: P
         run_ttft_bench(
             config,
             on_turn=lambda turn: turns.append((runs_started[-1], turn)),
-            on_run=lambda strategy, mode: runs_started.append(strategy),
+            on_run=lambda strategy, mode, repeat: runs_started.append(strategy),
         )
     )
 
@@ -118,8 +118,10 @@ def test_bench_ttft_document_on_the_embedded_engine(embedded_engine, tmp_path: P
 
 def test_bench_ttft_runs_the_same_workload_on_the_simulator() -> None:
     """--sim: the simulator started as a child, its cache flushed between runs, the window the
-    embedded engine's unless given, the SGLang warmer; both modes of a strategy commit alike."""
+    embedded engine's unless given, the SGLang warmer; both modes of a strategy commit alike.
+    --repeats 2: the modes run in ABBA order and each mode's record pools its two runs."""
     config = TtftBenchConfig(
+        repeats=2,
         sim_profile="h200-qwen3-8b",
         strategies=("keep_recent",),
         steps=9,
@@ -129,12 +131,22 @@ def test_bench_ttft_runs_the_same_workload_on_the_simulator() -> None:
         tool_latency_s=0.2,
         max_tokens=4,
     )
-    document = asyncio.run(run_ttft_bench(config))
+    order: list[tuple[str, int]] = []
+    document = asyncio.run(
+        run_ttft_bench(config, on_run=lambda strategy, mode, repeat: order.append((mode, repeat)))
+    )
 
+    assert order == [("sync", 0), ("lookahead", 0), ("lookahead", 1), ("sync", 1)]
     assert document["engine"].startswith("simulator (h200-qwen3-8b")
     assert document["warmer"] == "sglang" and document["window_tokens"] == 2048
+    assert document["repeats"] == 2
     sync, look = document["strategies"]["keep_recent"].values()
-    assert sync["transform_turns"] == look["transform_turns"] >= 1
-    assert look["lookahead_hits"] >= 1 and look["stale"] == 0
+    assert sync["transform_turns"] == look["transform_turns"] >= 2
+    assert len(look["transform_ttft_s"]) == look["transform_turns"]
+    assert look["lookahead_hits"] >= 2 and look["stale"] == 0
+    for pooled in (sync, look):
+        assert pooled["repeats"] == 2 and len(pooled["wall_s_each"]) == 2
+        assert pooled["wall_s"] == pytest.approx(sum(pooled["wall_s_each"]) / 2)
+        assert min(pooled["wall_s_each"]) > 0
     with pytest.raises(ValueError, match="base_url and sim_profile"):
         TtftBenchConfig(base_url="http://127.0.0.1:1", sim_profile="h200-qwen3-8b")

@@ -99,6 +99,21 @@ def test_the_whole_run_is_judged_beside_the_transform_turn() -> None:
     assert offload.lookahead_ttft_sum_s == pytest.approx(11.0) and offload.ttft_sum_met
 
 
+def test_repeated_runs_show_each_repeats_wall_ratio_beside_the_mean_runs() -> None:
+    document = run([1.0] * 5)
+    for mode, walls in (("sync", [100.0, 104.0]), ("lookahead", [99.0, 110.0])):
+        for strategy in document["strategies"].values():
+            strategy[mode].update(repeats=2, wall_s_each=walls, wall_s=sum(walls) / 2)
+    [offload] = [row for row in whole_run_rows([("r", document)]) if row.strategy == "offload"]
+    assert offload.wall_ratio == pytest.approx(104.5 / 102.0) and not offload.wall_ratio_met
+    assert offload.wall_ratio_each == pytest.approx((0.99, 110.0 / 104.0))
+    text = " ".join(render_ttft_targets([("r", document)]).split())  # the caption wraps
+    assert "each repeat's wall l/s: r offload 0.990, 1.058;" in text
+    single = run([1.0] * 5)  # one run: no per-repeat ratios, no caption
+    assert all(not row.wall_ratio_each for row in whole_run_rows([("one", single)]))
+    assert "each repeat" not in render_ttft_targets([("one", single)])
+
+
 def test_a_ratio_that_rounds_onto_its_target_shows_the_digit_that_decides() -> None:
     document = run([1.4004] * 5)  # offload 1.4004 / 4.0 = 0.3501: above 0.35
     text = _rich_text(targets_tables([("edge", document)])[:1])
