@@ -175,6 +175,15 @@ def request_answered_at(
     return max(sent, key=lambda entry: entry.sent_at, default=None)
 
 
+def first_output_after(sent_after: float, entries: Iterable[TimelineEntry]) -> float | None:
+    """When the reply to the first foreground request sent at or after `sent_after` began to
+    stream: a model call's first token as the engine sent it, for a framework client that
+    hands a tool call over only once complete (AutoGen's). None before it began."""
+    sent = [e for e in entries if e.kind == "foreground" and e.sent_at >= sent_after]
+    first = min(sent, key=lambda entry: entry.sent_at, default=None)
+    return None if first is None else first.first_output_at
+
+
 @dataclass
 class BackgroundLoad:
     """One kind of background request over a run."""

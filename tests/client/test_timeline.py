@@ -14,8 +14,11 @@ from lookahead_sdk.client.timeline import (
     RequestTimeline,
     TimelineEntry,
     background_overlap,
+    first_output_after,
+    mean_background,
     request_answered_at,
     request_kind,
+    summed_turn_waits,
     turn_wait,
     wait_behind,
 )
@@ -83,6 +86,36 @@ def test_a_framework_turn_is_placed_on_the_request_its_first_token_answered() ->
     )
     assert sum(split.values()) == pytest.approx(2.4 - 1.0)
     assert request_answered_at(-1.0, entries) is None
+
+
+def test_a_model_calls_first_token_is_its_requests_first_output() -> None:
+    """AutoGen hands a streamed tool call over once complete: the first token is when the
+    engine's reply to the call's request began, not a background request's or an earlier one's."""
+    entries = [
+        entry("foreground", "me", 0.2, 0.9, 1.4),  # the turn before
+        entry("warm_up", "me", 1.05, 1.2, 1.3),  # the commit's warm-up, sent after the call
+        entry("foreground", "me", 1.1, 1.6, 2.8),  # the call's request: streams from 1.6
+        entry("foreground", "me", 3.0, None, None),  # the next call, not begun
+    ]
+    assert first_output_after(1.0, entries) == 1.6
+    assert first_output_after(2.9, entries) is None
+    assert first_output_after(5.0, entries) is None
+
+
+def test_runs_pool_into_per_turn_sums_and_per_run_background() -> None:
+    waits = [
+        {"normal": {"alone": 1.0}},
+        {"normal": {"alone": 2.0, "warm_up": 0.5}, "transform": {"alone": 3.0}},
+    ]
+    assert summed_turn_waits(waits) == {
+        "normal": {"alone": 3.0, "warm_up": 0.5},
+        "transform": {"alone": 3.0},
+    }
+    loads = [
+        {"warm_up": {"requests": 4, "seconds": 2.0}},
+        {"warm_up": {"requests": 6, "seconds": 4.0}},
+    ]
+    assert mean_background(loads) == {"warm_up": {"requests": 5.0, "seconds": 3.0}}
 
 
 def test_an_unfinished_request_counts_until_now() -> None:

@@ -22,6 +22,7 @@ from autogen_ext.models.openai import OpenAIChatCompletionClient
 from lookahead_sdk.adapters.autogen import LookaheadChatCompletionContext, LookaheadModelClient
 from lookahead_sdk.bench import examples as demo
 from lookahead_sdk.client.endpoint import Endpoint
+from lookahead_sdk.client.timeline import first_output_after
 from lookahead_sdk.core.config import RuntimeMode
 from lookahead_sdk.core.policy import context_policy
 from lookahead_sdk.strategies import Summarize
@@ -61,6 +62,7 @@ async def run(
         temperature=0,
         max_tokens=96,
         max_retries=0,
+        stream_options={"include_usage": True},  # the prompt size the context calibrates with
     )
     runs: list[tuple[LookaheadChatCompletionContext, LookaheadModelClient]] = []
 
@@ -70,16 +72,17 @@ async def run(
             for context, tagged in runs
             for pair in zip(context.calls, tagged.calls, strict=False)
         ]
-        return [
-            demo.TurnRow(
-                index,
-                call.commit,
-                call.context_tokens,
-                request.first_token_at - call.started_at if request.first_token_at else None,
-                request.first_token_at,
-            )
-            for index, (call, request) in enumerate(calls)
-        ]
+        timeline = endpoint.session.timeline
+        entries = timeline.entries if timeline is not None else []
+        turns = []
+        for index, (call, request) in enumerate(calls):
+            # AutoGen's client yields a streamed tool call only once complete: the first token
+            # is when the engine's reply began (the request timeline), as the other examples see
+            # it; without a timeline, when the client yielded.
+            first = first_output_after(request.started_at, entries) or request.first_token_at
+            ttft = first - call.started_at if first else None
+            turns.append(demo.TurnRow(index, call.commit, call.context_tokens, ttft, first))
+        return turns
 
     state = None
     async with demo.turn_feed(rows, on_turn):
@@ -95,6 +98,7 @@ async def run(
                 tools=[demo.source_reader(latency_s=tool_latency_s)],
                 system_message=demo.SYSTEM_PROMPT,
                 model_context=context,
+                model_client_stream=True,
                 max_tool_iterations=steps // 2,
             )
             try:
