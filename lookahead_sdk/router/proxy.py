@@ -59,6 +59,7 @@ from lookahead_sdk.router.proxy_call import (
 )
 from lookahead_sdk.router.proxy_config import ProxyConfig
 from lookahead_sdk.router.proxy_relay import (
+    KEEPALIVE_S,
     Exchange,
     UpstreamFailed,
     exchange,
@@ -118,7 +119,9 @@ class RouterProxy:
                 write=config.connect_timeout_s,
                 pool=None,
             ),
-            limits=httpx.Limits(max_connections=None, max_keepalive_connections=512),
+            limits=httpx.Limits(
+                max_connections=None, max_keepalive_connections=512, keepalive_expiry=KEEPALIVE_S
+            ),
             trust_env=False,
         )
         self._upstream = upstream_session(config.connect_timeout_s, config.read_timeout_s)

@@ -62,12 +62,26 @@ class Exchange:
 # What reading from a backend raises: its connection failed, broke off or timed out.
 UPSTREAM_ERRORS = (aiohttp.ClientError, asyncio.TimeoutError)
 
+# Servers close a keep-alive connection after ~5 s idle (llama-server's cpp-httplib, uvicorn for
+# SGLang and vLLM): the pool lets connections go before that, so it rarely hands out a closed one.
+KEEPALIVE_S = 4.0
+
+
+def _stale_connection(error: BaseException) -> bool:
+    """A call that failed on an open connection before any answer: the backend closed a pooled
+    keep-alive connection as the call was written on it. A backend that is down refuses the
+    connection instead (`ClientConnectorError`), so resending once on a new connection tells the
+    two apart without counting an idle close as a failed backend."""
+    if isinstance(error, aiohttp.ClientConnectorError):
+        return False
+    return isinstance(error, (aiohttp.ServerDisconnectedError, aiohttp.ClientOSError))
+
 
 def upstream_session(connect_timeout_s: float, read_timeout_s: float) -> aiohttp.ClientSession:
     """The proxy's one client for calls to backends: pooled keep-alive connections, no limit on
     their number, no proxy settings from the environment, bytes passed through undecoded."""
     return aiohttp.ClientSession(
-        connector=aiohttp.TCPConnector(limit=0, keepalive_timeout=60.0),
+        connector=aiohttp.TCPConnector(limit=0, keepalive_timeout=KEEPALIVE_S),
         timeout=aiohttp.ClientTimeout(
             total=None, connect=connect_timeout_s, sock_read=read_timeout_s
         ),
@@ -88,8 +102,14 @@ async def exchange(
 ) -> Exchange:
     """`headers` go to the client with the answer, after the backend's."""
     upstream = [(name.decode("latin-1"), value.decode("latin-1")) for name, value in call.headers]
+    url = f"{backend}{PATHS[call.route]}"
     try:
-        response = await session.post(f"{backend}{PATHS[call.route]}", data=body, headers=upstream)
+        try:
+            response = await session.post(url, data=body, headers=upstream)
+        except UPSTREAM_ERRORS as error:
+            if not _stale_connection(error):
+                raise
+            response = await session.post(url, data=body, headers=upstream)
     except UPSTREAM_ERRORS as error:
         raise UpstreamFailed(backend, "connect", _describe(error)) from error
     complete = False
