@@ -15,6 +15,13 @@ sub-agent (Isolate) is handed the branch slot its context was warmed in, and the
 free slot as its new branch. Programs beyond the slot pairs the server has are left to the
 server's choice. One `SlotPairs` per server, owned by its `ServerSession`.
 
+The pairs also keep what the session's warmers know a slot's cache starts with (`note_cached`:
+the token ids a warm-up or copy left there), while only the program that left them was placed in
+the slot since. A warm-up that starts from little can then start from a copy of the slot holding
+the longest prefix of it (another agent's sub-agent with the same role prompt and handover, say)
+instead of prefilling that prefix again. llama.cpp reuses only the cached tokens that match a
+prompt, so a record gone stale costs prefill time, never a wrong cache.
+
 A program that ends (`release`) may come back under the same id: an agent framework's next run
 that loads the saved state of the last one (its ready lookahead was warmed in the branch). Its
 pair is parked with what its warmer knew of the branch (`keep=`); `resume` gives the same slots
@@ -25,6 +32,7 @@ from __future__ import annotations
 
 import threading
 from collections import OrderedDict
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from lookahead_sdk.base.protocol import RequestTags
@@ -35,6 +43,18 @@ class SlotPair:
     current: int
     branch: int
     branch_mirrors_live: bool = False  # the branch holds a copy of the live context
+
+
+@dataclass(frozen=True)
+class CachedPrefix:
+    slot: int
+    ids: tuple[int, ...]  # what the slot's cache starts with
+
+
+@dataclass(frozen=True)
+class _Cached:
+    owner: str  # the program that left it; valid while only it was placed in the slot since
+    ids: tuple[int, ...]
 
 
 @dataclass(frozen=True)
@@ -52,6 +72,7 @@ class SlotPairs:
         self._pairs: dict[str, SlotPair] = {}
         self._parked: OrderedDict[str, _Parked] = OrderedDict()  # at most total_slots
         self._last_placed: dict[int, str] = {}  # slot -> the program last placed there
+        self._cached: dict[int, _Cached] = {}  # slot -> what a warm-up or copy left there
 
     def __len__(self) -> int:
         """Programs holding a pair."""
@@ -94,11 +115,11 @@ class SlotPairs:
             return None if pair is None else SlotPair(**vars(pair))
 
     def slot_for(self, tags: RequestTags) -> int | None:
-        if tags.program_id is None:
-            return None
         with self._lock:
-            pair = self._pairs.get(tags.program_id)
+            pair = self._pairs.get(tags.program_id) if tags.program_id is not None else None
             if pair is None:
+                # The server places it, maybe over any idle slot's cache.
+                self._cached.clear()
                 return None
             if not tags.is_lookahead or (
                 tags.extends_live_context and not pair.branch_mirrors_live
@@ -108,6 +129,22 @@ class SlotPairs:
                 slot = pair.branch
             self._last_placed[slot] = tags.program_id
             return slot
+
+    def note_cached(self, program_id: str, slot: int, ids: Sequence[int]) -> None:
+        """`slot`'s cache now starts with `ids`, left there by `program_id`'s request."""
+        with self._lock:
+            self._last_placed[slot] = program_id
+            self._cached[slot] = _Cached(program_id, tuple(ids))
+
+    def cached_prefixes(self, *, exclude: int | None = None) -> list[CachedPrefix]:
+        """What the slots other than `exclude` are known to hold (`note_cached`), while no
+        other program's request was placed there since."""
+        with self._lock:
+            return [
+                CachedPrefix(slot, cached.ids)
+                for slot, cached in self._cached.items()
+                if slot != exclude and self._last_placed.get(slot) == cached.owner
+            ]
 
     def mirror_live(self, program_id: str, mirrors: bool) -> None:
         """The branch of `program_id` now holds a copy of its live context (True), or other
@@ -129,6 +166,13 @@ class SlotPairs:
             if not free:
                 return False
             self._pairs[child_id] = SlotPair(current=pair.branch, branch=pair.branch)
+            cached = self._cached.get(pair.branch)
+            if (
+                cached is not None
+                and cached.owner == self._last_placed.get(pair.branch) == program_id
+            ):  # the child continues what its context was warmed to
+                self._cached[pair.branch] = _Cached(child_id, cached.ids)
+                self._last_placed[pair.branch] = child_id
             pair.branch, pair.branch_mirrors_live = free[0], False
             return True
 

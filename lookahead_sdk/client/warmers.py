@@ -205,6 +205,13 @@ class LlamaCppWarmer(_HttpWarmer):
         branch = self._branch(program_id)
         branch.live_prefix_share, branch.live_prefix_messages = share, shared_messages
 
+    def _note_branch(self, program_id: str, ids: list[int]) -> None:
+        """The program's branch slot now holds `ids` (for other warm-ups to start from)."""
+        slots = self.session.slots
+        pair = slots.pair(program_id) if slots is not None else None
+        if slots is not None and pair is not None:
+            slots.note_cached(program_id, pair.branch, ids)
+
     async def _wait_for_slack(self, until: Callable[[], bool] | None = None) -> None:
         if self.gate is not None:
             await self.gate.wait(until=until)
@@ -216,19 +223,79 @@ class LlamaCppWarmer(_HttpWarmer):
         """Copy the live slot's KV into the branch slot (llama.cpp slot save + restore): a
         fraction of a second where prefilling the same prefix takes seconds on a CPU."""
         pair = self.session.slots.pair(program_id) if self.session.slots is not None else None
-        if pair is None or not self.slot_copies:
+        if pair is None:
             return False
-        filename = {"filename": f"branch-{pair.branch}.bin"}
+        return await self._copy_slot(pair.current, pair.branch) is not None
+
+    async def _copy_slot(self, source: int, target: int) -> int | None:
+        """Copy slot `source`'s KV into slot `target`; the tokens restored, or None when the
+        server has no slot copies."""
+        if not self.slot_copies:
+            return None
+        filename = {"filename": f"branch-{target}.bin"}
         try:
-            await self._post(f"/slots/{pair.current}?action=save", filename)
-            await self._post(f"/slots/{pair.branch}?action=restore", filename)
+            await self._post(f"/slots/{source}?action=save", filename)
+            restored = await self._post(f"/slots/{target}?action=restore", filename)
         except httpx.HTTPStatusError as error:
             self.slot_copies = False
             log.warning(
                 "llama.cpp slot copies unavailable (start it with --slot-save-path): %r", error
             )
-            return False
-        return True
+            return None
+        return int(restored.get("n_restored", 0))
+
+    async def _seed_from_cached_slot(
+        self, program_id: str, ids: list[int], end: int, finishing: Callable[[], bool]
+    ) -> int:
+        """Start the branch from a copy of the slot known to hold the longest prefix of `ids`
+        (`SlotPairs.cached_prefixes`), when that saves at least a chunk's prefill over the
+        `end` tokens the branch holds; where the warm-up now starts. A busy slot is passed
+        over: llama.cpp saves it only once its request ends."""
+        slots = self.session.slots
+        pair = slots.pair(program_id) if slots is not None else None
+        if slots is None or pair is None or not self.slot_copies:
+            return end
+        worth = end + self.chunks.min_tokens
+        shared = {
+            cached.slot: common_prefix_length(ids, cached.ids)
+            for cached in slots.cached_prefixes(exclude=pair.branch)
+        }
+        shared = {slot: length for slot, length in shared.items() if length > worth}
+        if not shared:
+            return end
+        idle = await self._idle_slots()
+        candidates = [slot for slot in shared if slot in idle]
+        if not candidates:
+            return end
+        source = max(candidates, key=shared.__getitem__)
+        await self._wait_for_slack(finishing)
+        if finishing():
+            return end
+        started = time.perf_counter()
+        restored = await self._copy_slot(source, pair.branch)
+        if restored is None:
+            return end
+        slots.mirror_live(program_id, False)
+        seeded = min(shared[source], restored, len(ids) - 1)
+        slots.note_cached(program_id, pair.branch, ids[:seeded])
+        log.debug(
+            "%s branch seeded from slot %d up to %d of %d in %.2f s",
+            program_id,
+            source,
+            seeded,
+            len(ids),
+            time.perf_counter() - started,
+        )
+        return max(end, seeded)
+
+    async def _idle_slots(self) -> set[int]:
+        try:
+            response = await self._client.get(f"{self.server_url}/slots")
+            response.raise_for_status()
+            return {slot["id"] for slot in response.json() if not slot.get("is_processing")}
+        except (httpx.HTTPError, ValueError, KeyError, TypeError) as error:
+            log.warning("could not read the server's slots: %r", error)
+            return set()
 
     async def fork_live(
         self, program_id: str, messages: Sequence[Message], *, shape: RequestShape
@@ -255,6 +322,7 @@ class LlamaCppWarmer(_HttpWarmer):
             return False
         branch.forget_warm_up()
         branch.ids = ids
+        self._note_branch(program_id, ids)
         if self.session.slots is not None:  # a summary of the live context may now run there
             self.session.slots.mirror_live(program_id, True)
         log.debug(
@@ -405,6 +473,8 @@ class LlamaCppWarmer(_HttpWarmer):
                     end,
                     time.perf_counter() - seed_started,
                 )
+        if not branch.finishing:
+            end = await self._seed_from_cached_slot(program_id, ids, end, finishing)
         prefilled_total = 0
         while end < len(ids):
             waited_from = time.perf_counter()
@@ -422,6 +492,7 @@ class LlamaCppWarmer(_HttpWarmer):
             )
             start, end = end, min(len(ids), end + chunk)
             spend.prefilled_tokens += end - start  # computed even if this request is cancelled
+            self._note_branch(program_id, ids[:start])  # until the chunk is in
             prefilled, _ = await self._prefill(ids[:end])
             log.debug(
                 "%s chunk %d-%d: gate %.2f s, engine %.2f s, computed %d",
@@ -435,6 +506,7 @@ class LlamaCppWarmer(_HttpWarmer):
             spend.prefilled_tokens += prefilled - (end - start)
             prefilled_total += prefilled
             branch.ids = ids[:end]
+            self._note_branch(program_id, branch.ids)
         # Stopped early by a commit: the prompt so far is what the branch holds.
         return WarmupResult(
             end, end - prefilled_total, time.perf_counter() - started, complete=end >= len(ids)

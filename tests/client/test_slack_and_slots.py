@@ -10,7 +10,7 @@ from openai import AsyncOpenAI
 
 from lookahead_sdk import RequestTags, ServerSession, use_tags
 from lookahead_sdk.base.tags import BackgroundWork, doing
-from lookahead_sdk.client.llamacpp_slots import SlotPairs
+from lookahead_sdk.client.llamacpp_slots import CachedPrefix, SlotPairs
 from lookahead_sdk.client.session import ServerFacts
 from lookahead_sdk.client.slack import BatchSizer, ChunkSizer, ForegroundRegistry, SlackGate
 
@@ -246,6 +246,36 @@ def test_a_spawned_sub_agent_runs_in_the_slot_its_context_was_warmed_in() -> Non
     assert pairs.slot_for(RequestTags("a/sub3")) is None
     pairs.release("a/sub1")
     assert pairs.hand_over("a", "a/sub3")  # its slot is free again
+
+
+def test_what_a_slot_is_known_to_hold_lasts_while_only_its_program_is_placed_there() -> None:
+    pairs = SlotPairs(6)
+    a, b = pairs.enroll("a"), pairs.enroll("b")
+    assert a is not None and b is not None
+    warmed = a.branch
+    pairs.note_cached("a", warmed, [1, 2, 3])
+    assert pairs.cached_prefixes() == [CachedPrefix(warmed, (1, 2, 3))]
+    assert pairs.cached_prefixes(exclude=warmed) == []
+    assert pairs.slot_for(RequestTags("a").lookahead("g")) == warmed  # its own work: kept
+    assert pairs.cached_prefixes() == [CachedPrefix(warmed, (1, 2, 3))]
+    # The sub-agent spawned from it continues the warmed context in that slot.
+    assert pairs.hand_over("a", "a/sub")
+    assert pairs.slot_for(RequestTags("a/sub")) == warmed
+    assert pairs.cached_prefixes() == [CachedPrefix(warmed, (1, 2, 3))]
+    pairs.release("a/sub")
+    assert pairs.enroll("c") is not None  # takes the freed slot ...
+    placed = {pairs.slot_for(RequestTags("c")), pairs.slot_for(RequestTags("c").lookahead("h"))}
+    assert warmed in placed
+    assert pairs.cached_prefixes() == []  # ... and its requests replace that cache
+
+
+def test_a_request_the_server_places_itself_forgets_what_every_slot_held() -> None:
+    pairs = SlotPairs(4)
+    a = pairs.enroll("a")
+    assert a is not None
+    pairs.note_cached("a", a.current, [7, 8])
+    assert pairs.slot_for(RequestTags("no-pair")) is None  # llama.cpp picks an idle slot
+    assert pairs.cached_prefixes() == []
 
 
 async def test_llamacpp_wire_adds_the_slot(stub_server: RecordingProxy) -> None:

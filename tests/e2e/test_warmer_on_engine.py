@@ -178,3 +178,43 @@ async def test_a_live_context_copied_while_the_tools_run_leaves_the_warm_up_only
     # call) and the placeholder were prefilled.
     assert forked >= 0.95, f"the warm-up prefilled {1 - forked:.0%} of its prompt"
     assert cold < 0.5, "without a copy the branch slot should have had to prefill the prefix"
+
+
+def handover(task: str) -> list[dict]:
+    """A sub-agent's first context (Isolate): a shared role prompt and module, then its task."""
+    return [
+        {"role": "system", "content": "You are a sub-agent that reviews one module."},
+        {"role": "user", "content": f"Module:\n{source_excerpt()}\n\nYour task: {task}"},
+    ]
+
+
+async def test_a_warm_up_starts_from_a_copy_of_another_programs_slot_holding_its_prefix(
+    embedded_engine,
+) -> None:
+    """Two agents delegate the same module with the same role prompt: the second sub-agent's
+    warm-up starts from a copy of the slot the first one's context was warmed in (and where
+    that sub-agent now runs), not from scratch; with slot copies off it prefills it all."""
+    session = await ServerSession.connect(embedded_engine.base_url)
+    warmer = LlamaCppWarmer(session, gate=session.gate())
+    programs = ("first", "second", "control")
+    for program_id in programs:
+        warmer.attach(program_id)
+
+    async def warm(program_id: str, task: str) -> float:
+        with use_tags(RequestTags(program_id).lookahead(f"{program_id}:g")):
+            result = await warmer.warm(handover(task), shape=RequestShape())
+        return result.cached_tokens / result.prompt_tokens
+
+    try:
+        first = await warm("first", "find the risky parts")
+        warmer.hand_over("first", "first/sub")  # the sub-agent runs where it was warmed
+        second = await warm("second", "list the public functions")
+        warmer.slot_copies = False
+        control = await warm("control", "count the branches")
+    finally:
+        for program_id in (*programs, "first/sub"):
+            warmer.detach(program_id)
+        await warmer.aclose()
+    assert first < 0.5, "nothing held the first sub-agent's context yet"
+    assert second >= 0.9, f"the second warm-up prefilled {1 - second:.0%} of its prompt"
+    assert control < 0.5, "without a slot copy the engine should have prefilled it"
