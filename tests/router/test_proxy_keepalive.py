@@ -81,13 +81,17 @@ async def test_a_pooled_connection_closed_by_the_backend_is_resent_not_a_failure
     async with closing_backend() as backend:
         config = ProxyConfig((backend.url,), retry_s=60)
         async with router_running(config) as router, router.client() as client:
-            for step in (1, 2, 3):
-                messages = [{"role": "user", "content": f"step {step}"}]
+            # The router releases a connection to its pool just after the answer went out: a
+            # call sent at once may open a new one. Calls go on until two met a closed one.
+            steps = 0
+            while backend.closed_unread < 2 and steps < 50:
+                steps += 1
+                messages = [{"role": "user", "content": f"step {steps}"}]
                 call = {"messages": messages, "program_id": "K", "max_tokens": 2}
                 answer = await client.post("/v1/chat/completions", json=call)
                 assert answer.status_code == 200, answer.text
-            assert backend.closed_unread == 2  # calls 2 and 3 met a closed pooled connection
-            assert backend.answered == 3  # each call ran once
+            assert backend.closed_unread == 2
+            assert backend.answered == steps  # each call ran once
             assert not router.proxy.counters.upstream_errors
             assert (await client.get("/health")).json()["backends_down"] == []
-            assert (await program(client, "K"))["steps"] == 3
+            assert (await program(client, "K"))["steps"] == steps
