@@ -13,6 +13,7 @@ import logging
 import math
 import os
 from collections import OrderedDict
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
@@ -270,3 +271,13 @@ def auto_token_counter(
     except (FileNotFoundError, ImportError) as error:
         log.info("tiktoken unavailable offline (%s); approximating token counts", error)
         return CachedTokenCounter(ApproxTokenCounter())
+
+
+def common_prefix_length(first: Sequence[int], second: Sequence[int]) -> int:
+    """How many leading token ids two sequences share."""
+    length = 0
+    for a, b in zip(first, second, strict=False):
+        if a != b:
+            break
+        length += 1
+    return length

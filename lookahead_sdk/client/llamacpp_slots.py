@@ -36,6 +36,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from lookahead_sdk.base.protocol import RequestTags
+from lookahead_sdk.base.tokens import common_prefix_length
 
 
 @dataclass
@@ -142,8 +143,8 @@ class SlotPairs:
         with self._lock:
             return [
                 CachedPrefix(slot, cached.ids)
-                for slot, cached in self._cached.items()
-                if slot != exclude and self._last_placed.get(slot) == cached.owner
+                for slot in self._cached
+                if slot != exclude and (cached := self._valid(slot)) is not None
             ]
 
     def mirror_live(self, program_id: str, mirrors: bool) -> None:
@@ -166,15 +167,27 @@ class SlotPairs:
             if not free:
                 return False
             self._pairs[child_id] = SlotPair(current=pair.branch, branch=pair.branch)
-            cached = self._cached.get(pair.branch)
-            if (
-                cached is not None
-                and cached.owner == self._last_placed.get(pair.branch) == program_id
-            ):  # the child continues what its context was warmed to
-                self._cached[pair.branch] = _Cached(child_id, cached.ids)
+            cached = self._valid(pair.branch)
+            handed = cached.ids if cached is not None and cached.owner == program_id else ()
+            if handed:  # the child continues what its context was warmed to
+                self._cached[pair.branch] = _Cached(child_id, handed)
                 self._last_placed[pair.branch] = child_id
-            pair.branch, pair.branch_mirrors_live = free[0], False
+            # The next sub-agent's context likely starts as this one's (the same role prompt):
+            # the new branch is the free slot holding the longest prefix of it, if any.
+            pair.branch = max(free, key=lambda slot: self._shared_with(slot, handed))
+            pair.branch_mirrors_live = False
             return True
+
+    def _valid(self, slot: int) -> _Cached | None:
+        """What `slot` is known to hold, if only its owner was placed there since (lock held)."""
+        cached = self._cached.get(slot)
+        if cached is None or self._last_placed.get(slot) != cached.owner:
+            return None
+        return cached
+
+    def _shared_with(self, slot: int, ids: Sequence[int]) -> int:
+        cached = self._valid(slot)
+        return 0 if cached is None else common_prefix_length(ids, cached.ids)
 
     def _free_slots(self) -> list[int]:
         """Slots no program holds (call with the lock held)."""

@@ -56,6 +56,10 @@ ENGINE_WIRE: dict[str, WireFormat] = {
 }
 
 
+# The llama-server routes whose request computes in a slot.
+SLOT_COMPUTING_PATHS = ("/completion", "/completions", "/infill", "/v1/messages")
+
+
 @dataclass(frozen=True)
 class ServerFacts:
     """What a server reported about itself (None: it did not say)."""
@@ -194,11 +198,14 @@ class ServerSession:
         return None
 
     # -- what the clients share ---------------------------------------------------------------
-    def placement_fields(self, tags: RequestTags) -> dict[str, Any]:
-        """Body fields that place a request of `tags` on the server. llama.cpp: its slot, and
-        for best-effort work, when `best_effort_batch` is set, the batch size that bounds a
-        foreground prompt's wait for it (the embedded engine honours it, stock llama.cpp
-        ignores it)."""
+    def placement_fields(self, tags: RequestTags, path: str = "/completion") -> dict[str, Any]:
+        """Body fields that place a request of `tags` to `path` on the server. llama.cpp: its
+        slot, and for best-effort work, when `best_effort_batch` is set, the batch size that
+        bounds a foreground prompt's wait for it (the embedded engine honours it, stock
+        llama.cpp ignores it). None for a request that computes in no slot (rendering,
+        tokenizing, slot save and restore): it takes no slot's place."""
+        if not path.rstrip("/").endswith(SLOT_COMPUTING_PATHS):
+            return {}
         fields: dict[str, Any] = {}
         if self.slots is not None and (slot := self.slots.slot_for(tags)) is not None:
             fields["id_slot"] = slot

@@ -61,7 +61,7 @@ def tag_request(
         return request
     if not isinstance(body, dict):
         return request
-    placement = session.placement_fields(tags) if session is not None else {}
+    placement = session.placement_fields(tags, request.url.path) if session is not None else {}
     content = json.dumps(merge_tags(body, tags, wire, placement)).encode()
     headers = httpx.Headers(request.headers)
     headers["content-length"] = str(len(content))

@@ -23,6 +23,7 @@ import httpx
 from lookahead_sdk.base.messages import Message, calls_tools
 from lookahead_sdk.base.protocol import WireFormat
 from lookahead_sdk.base.tags import current_tags
+from lookahead_sdk.base.tokens import common_prefix_length
 from lookahead_sdk.client.session import BEST_EFFORT_BATCH_FIELD, ServerSession
 from lookahead_sdk.client.slack import ChunkSizer, SlackGate
 from lookahead_sdk.client.transport import tagged_async_http_client
@@ -247,21 +248,22 @@ class LlamaCppWarmer(_HttpWarmer):
     async def _seed_from_cached_slot(
         self, program_id: str, ids: list[int], end: int, finishing: Callable[[], bool]
     ) -> int:
-        """Start the branch from a copy of the slot known to hold the longest prefix of `ids`
-        (`SlotPairs.cached_prefixes`), when that saves at least a chunk's prefill over the
-        `end` tokens the branch holds; where the warm-up now starts. A busy slot is passed
-        over: llama.cpp saves it only once its request ends."""
+        """Where the warm-up starts, from what the slots are known to hold
+        (`SlotPairs.cached_prefixes`): past the prefix the branch slot itself holds (a slot a
+        sub-agent ran in, say), or from a copy of the slot holding the longest prefix of `ids`
+        when that saves at least a chunk's prefill. A busy slot is passed over: llama.cpp saves
+        it only once its request ends."""
         slots = self.session.slots
         pair = slots.pair(program_id) if slots is not None else None
-        if slots is None or pair is None or not self.slot_copies:
+        if slots is None or pair is None:
             return end
-        worth = end + self.chunks.min_tokens
         shared = {
-            cached.slot: common_prefix_length(ids, cached.ids)
-            for cached in slots.cached_prefixes(exclude=pair.branch)
+            cached.slot: common_prefix_length(ids, cached.ids) for cached in slots.cached_prefixes()
         }
+        end = max(end, min(shared.pop(pair.branch, 0), len(ids) - 1))
+        worth = end + self.chunks.min_tokens
         shared = {slot: length for slot, length in shared.items() if length > worth}
-        if not shared:
+        if not shared or not self.slot_copies:
             return end
         idle = await self._idle_slots()
         candidates = [slot for slot in shared if slot in idle]
@@ -574,15 +576,6 @@ class SGLangWarmer(_HttpWarmer):
             "/generate",
             {"input_ids": [0], "sampling_params": self._sampling(promote_group_id=group_id)},
         )
-
-
-def common_prefix_length(first: Sequence[int], second: Sequence[int]) -> int:
-    length = 0
-    for a, b in zip(first, second, strict=False):
-        if a != b:
-            break
-        length += 1
-    return length
 
 
 WARMERS: dict[str, type[_HttpWarmer]] = {

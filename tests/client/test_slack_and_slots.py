@@ -269,6 +269,25 @@ def test_what_a_slot_is_known_to_hold_lasts_while_only_its_program_is_placed_the
     assert pairs.cached_prefixes() == []  # ... and its requests replace that cache
 
 
+def test_a_program_handing_over_a_sub_agent_gets_the_free_slot_holding_most_of_its_context() -> (
+    None
+):
+    """The next sub-agent's context starts as the last one's (the same role prompt): the new
+    branch is the free slot a finished sub-agent with a like context ran in."""
+    pairs = SlotPairs(6)
+    a = pairs.enroll("a")
+    assert a is not None and pairs.enroll("b") is not None  # slots 0-3 held, 4 and 5 free
+    first_branch = a.branch
+    pairs.note_cached("a", first_branch, [1, 2, 3, 9])
+    assert pairs.hand_over("a", "a/s1")
+    assert a.branch == 4  # no free slot held anything known
+    pairs.note_cached("a", a.branch, [1, 2, 3, 7])
+    pairs.release("a/s1")  # its slot, holding [1, 2, 3, 9], is free again
+    assert pairs.hand_over("a", "a/s2")
+    assert a.branch == first_branch  # shares [1, 2, 3] with the context just handed over
+    assert CachedPrefix(first_branch, (1, 2, 3, 9)) in pairs.cached_prefixes()
+
+
 def test_a_request_the_server_places_itself_forgets_what_every_slot_held() -> None:
     pairs = SlotPairs(4)
     a = pairs.enroll("a")

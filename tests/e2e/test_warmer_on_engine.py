@@ -218,3 +218,41 @@ async def test_a_warm_up_starts_from_a_copy_of_another_programs_slot_holding_its
     assert first < 0.5, "nothing held the first sub-agent's context yet"
     assert second >= 0.9, f"the second warm-up prefilled {1 - second:.0%} of its prompt"
     assert control < 0.5, "without a slot copy the engine should have prefilled it"
+
+
+async def test_the_next_sub_agent_is_warmed_in_the_slot_a_finished_one_ran_in(
+    embedded_engine,
+) -> None:
+    """One agent delegating twice more after its first sub-agent ended: the branch it is given
+    at the second hand-over is the free slot holding the most of the next context, so that
+    warm-up needs no copy at all."""
+    session = await ServerSession.connect(embedded_engine.base_url)
+    warmer = LlamaCppWarmer(session, gate=session.gate())
+    warmer.attach("lead")
+    copies: list[tuple[int, int]] = []
+    copy_slot = warmer._copy_slot
+
+    async def counted(source: int, target: int) -> int | None:
+        copies.append((source, target))
+        return await copy_slot(source, target)
+
+    warmer._copy_slot = counted  # type: ignore[method-assign]
+
+    async def warm(task: str) -> float:
+        with use_tags(RequestTags("lead").lookahead("lead:g")):
+            result = await warmer.warm(handover(task), shape=RequestShape())
+        return result.cached_tokens / result.prompt_tokens
+
+    try:
+        await warm("find the risky parts")
+        warmer.hand_over("lead", "lead/sub1")
+        warmer.detach("lead/sub1")  # it ended; its slot is free and still holds its context
+        assert await warm("list the public functions") >= 0.9  # from a copy of that slot
+        assert len(copies) == 1
+        warmer.hand_over("lead", "lead/sub2")
+        assert await warm("count the branches") >= 0.9
+        assert len(copies) == 1, "the new branch should have held the prefix already"
+    finally:
+        for program_id in ("lead", "lead/sub2"):
+            warmer.detach(program_id)
+        await warmer.aclose()
