@@ -173,8 +173,13 @@ class SlotPairs:
                 self._cached[pair.branch] = _Cached(child_id, handed)
                 self._last_placed[pair.branch] = child_id
             # The next sub-agent's context likely starts as this one's (the same role prompt):
-            # the new branch is the free slot holding the longest prefix of it, if any.
-            pair.branch = max(free, key=lambda slot: self._shared_with(slot, handed))
+            # the new branch is the free slot holding the longest prefix of it; failing that,
+            # one holding nothing known, so that no cache another warm-up could start from
+            # is overwritten.
+            pair.branch = max(
+                free,
+                key=lambda slot: (self._shared_with(slot, handed), self._valid(slot) is None),
+            )
             pair.branch_mirrors_live = False
             return True
 

@@ -261,12 +261,14 @@ class LlamaCppWarmer(_HttpWarmer):
             cached.slot: common_prefix_length(ids, cached.ids) for cached in slots.cached_prefixes()
         }
         end = max(end, min(shared.pop(pair.branch, 0), len(ids) - 1))
+        log.debug("%s known slots: %s (branch %d)", program_id, shared, pair.branch)
         worth = end + self.chunks.min_tokens
         shared = {slot: length for slot, length in shared.items() if length > worth}
         if not shared or not self.slot_copies:
             return end
         idle = await self._idle_slots()
         candidates = [slot for slot in shared if slot in idle]
+        log.debug("%s slots holding more: %s, idle: %s", program_id, shared, sorted(idle))
         if not candidates:
             return end
         source = max(candidates, key=shared.__getitem__)

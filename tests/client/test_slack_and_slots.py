@@ -286,6 +286,10 @@ def test_a_program_handing_over_a_sub_agent_gets_the_free_slot_holding_most_of_i
     assert pairs.hand_over("a", "a/s2")
     assert a.branch == first_branch  # shares [1, 2, 3] with the context just handed over
     assert CachedPrefix(first_branch, (1, 2, 3, 9)) in pairs.cached_prefixes()
+    pairs.note_cached("a", a.branch, [5, 6])
+    pairs.release("a/s2")  # slot 4, holding [1, 2, 3, 7], is free; so is slot 5, unused
+    assert pairs.hand_over("a", "a/s3")
+    assert a.branch == 5  # nothing shares [5, 6]: the slot whose cache is worth nothing
 
 
 def test_a_request_the_server_places_itself_forgets_what_every_slot_held() -> None:
