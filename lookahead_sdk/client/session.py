@@ -198,11 +198,11 @@ class ServerSession:
         return None
 
     # -- what the clients share ---------------------------------------------------------------
-    def placement_fields(self, tags: RequestTags, path: str = "/completion") -> dict[str, Any]:
+    def placement_fields(self, tags: RequestTags, path: str) -> dict[str, Any]:
         """Body fields that place a request of `tags` to `path` on the server. llama.cpp: its
         slot, and for best-effort work, when `best_effort_batch` is set, the batch size that
         bounds a foreground prompt's wait for it (the embedded engine honours it, stock
-        llama.cpp ignores it). None for a request that computes in no slot (rendering,
+        llama.cpp ignores it). No fields for a request that computes in no slot (rendering,
         tokenizing, slot save and restore): it takes no slot's place."""
         if not path.rstrip("/").endswith(SLOT_COMPUTING_PATHS):
             return {}

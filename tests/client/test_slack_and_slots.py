@@ -399,7 +399,9 @@ async def test_best_effort_requests_to_llamacpp_carry_their_batch_size(
 ) -> None:
     session = ServerSession(stub_server.url, wire="llamacpp")
     background = RequestTags("p", priority_class="be", is_lookahead=True, lookahead_group_id="g")
-    assert "best_effort_batch_tokens" not in session.placement_fields(background)  # opt-in
+    assert "best_effort_batch_tokens" not in session.placement_fields(
+        background, "/completion"
+    )  # opt-in
     session.best_effort_batch = BatchSizer()
     client = AsyncOpenAI(
         base_url=f"{stub_server.url}/v1", api_key="x", http_client=session.async_http_client()
@@ -414,7 +416,9 @@ async def test_best_effort_requests_to_llamacpp_carry_their_batch_size(
     assert background_body["best_effort_batch_tokens"] == session.best_effort_batch.tokens
     openai_session = ServerSession(stub_server.url, wire="openai")
     openai_session.best_effort_batch = BatchSizer()
-    assert "best_effort_batch_tokens" not in openai_session.placement_fields(background)
+    assert "best_effort_batch_tokens" not in openai_session.placement_fields(
+        background, "/completion"
+    )
 
 
 def test_a_summary_of_the_live_context_runs_in_the_branch_once_it_holds_a_copy() -> None:

@@ -200,17 +200,14 @@ async def test_a_warm_up_starts_from_a_copy_of_another_programs_slot_holding_its
     for program_id in programs:
         warmer.attach(program_id)
 
-    async def warm(program_id: str, task: str) -> float:
-        with use_tags(RequestTags(program_id).lookahead(f"{program_id}:g")):
-            result = await warmer.warm(handover(task), shape=RequestShape())
-        return result.cached_tokens / result.prompt_tokens
-
     try:
-        first = await warm("first", "find the risky parts")
+        first = await cached_share_of_warm_up(warmer, "first", handover("find the risky parts"))
         warmer.hand_over("first", "first/sub")  # the sub-agent runs where it was warmed
-        second = await warm("second", "list the public functions")
+        second = await cached_share_of_warm_up(
+            warmer, "second", handover("list the public functions")
+        )
         warmer.slot_copies = False
-        control = await warm("control", "count the branches")
+        control = await cached_share_of_warm_up(warmer, "control", handover("count the branches"))
     finally:
         for program_id in (*programs, "first/sub"):
             warmer.detach(program_id)
@@ -239,9 +236,7 @@ async def test_the_next_sub_agent_is_warmed_in_the_slot_a_finished_one_ran_in(
     warmer._copy_slot = counted  # type: ignore[method-assign]
 
     async def warm(task: str) -> float:
-        with use_tags(RequestTags("lead").lookahead("lead:g")):
-            result = await warmer.warm(handover(task), shape=RequestShape())
-        return result.cached_tokens / result.prompt_tokens
+        return await cached_share_of_warm_up(warmer, "lead", handover(task))
 
     try:
         await warm("find the risky parts")
