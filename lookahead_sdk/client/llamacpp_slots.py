@@ -137,6 +137,13 @@ class SlotPairs:
             self._last_placed[slot] = program_id
             self._cached[slot] = _Cached(program_id, tuple(ids))
 
+    def holds(self, slot: int) -> tuple[int, ...]:
+        """What `slot` is known to start with (`note_cached`), while no other program's
+        request was placed there since; () when nothing is known."""
+        with self._lock:
+            cached = self._valid(slot)
+            return () if cached is None else cached.ids
+
     def cached_prefixes(self, *, exclude: int | None = None) -> list[CachedPrefix]:
         """What the slots other than `exclude` are known to hold (`note_cached`), while no
         other program's request was placed there since."""

@@ -105,22 +105,18 @@ SEEDED_PREFIX_TRUST = 0.9
 
 @dataclass
 class BranchSlot:
-    """What a `LlamaCppWarmer` knows of one program's branch slot."""
+    """What a `LlamaCppWarmer` knows of one program's branch slot, beside what the slot holds
+    (`LlamaCppWarmer._branch_holds`)."""
 
-    # The token ids its chunks left there: a warm-up extending an earlier one starts where that
-    # one ended, not with tiny chunks over a prefix the slot already holds.
-    ids: list[int] = field(default_factory=list)
-    prompt_tokens: int = 0  # the length of the last warm-up prompt
+    # The token ids of the last warm-up since the last commit (the share of them the branch
+    # holds decides where the commit goes).
+    prompt_ids: list[int] = field(default_factory=list)
+    # What its chunks left there, for a program without a slot pair only: with one, the
+    # session's slot record (`SlotPairs.note_cached`) says it, for every warmer of the server.
+    unpaired_ids: list[int] = field(default_factory=list)
     live_prefix_share: float = 0.0  # the share of the next warm-up the live context holds
     live_prefix_messages: int = 0  # and how many of its leading messages that is
     finishing: bool = False  # a commit is waiting: send no further chunk
-
-    @property
-    def warmed_share(self) -> float:
-        return len(self.ids) / self.prompt_tokens if self.prompt_tokens else 0.0
-
-    def forget_warm_up(self) -> None:
-        self.ids, self.prompt_tokens = [], 0
 
 
 class LlamaCppWarmer(_HttpWarmer):
@@ -178,8 +174,15 @@ class LlamaCppWarmer(_HttpWarmer):
         did not get far, leaves most of it there). Shares, not token counts: the runtime counts
         with its own tokenizer, this warmer in the server's token ids."""
         branch = self._branch(program_id)
-        warmed_share = branch.warmed_share
-        branch.forget_warm_up()
+        prompt_ids, branch.prompt_ids = branch.prompt_ids, []
+        warmed_share = (
+            common_prefix_length(prompt_ids, self._branch_holds(program_id)) / len(prompt_ids)
+            if prompt_ids
+            else 0.0
+        )
+        # Unpaired, the server placed the commit where it chose: what the next warm-up finds
+        # there is unknown.
+        branch.unpaired_ids = []
         if (
             replaced
             and self.session.slots is not None
@@ -206,11 +209,26 @@ class LlamaCppWarmer(_HttpWarmer):
         branch = self._branch(program_id)
         branch.live_prefix_share, branch.live_prefix_messages = share, shared_messages
 
-    def _note_branch(self, program_id: str, ids: list[int]) -> None:
-        """The program's branch slot now holds `ids` (for other warm-ups to start from)."""
+    def _branch_holds(self, program_id: str) -> Sequence[int]:
+        """The token ids the program's branch slot is known to start with: a warm-up extending
+        them starts where they end, not with chunks over a prefix the slot already holds. For a
+        program with a slot pair, the session's record of the slot (what this or another
+        program's warm-up or copy left there, while valid); else what this warmer's chunks
+        left (the server places them itself, mostly in the slot holding the most of them)."""
         slots = self.session.slots
         pair = slots.pair(program_id) if slots is not None else None
-        if slots is not None and pair is not None:
+        if slots is None or pair is None:
+            return self._branch(program_id).unpaired_ids
+        return slots.holds(pair.branch)
+
+    def _branch_now_holds(self, program_id: str, ids: list[int]) -> None:
+        """The program's branch slot now holds `ids` (for its and other warm-ups to start
+        from)."""
+        slots = self.session.slots
+        pair = slots.pair(program_id) if slots is not None else None
+        if slots is None or pair is None:
+            self._branch(program_id).unpaired_ids = ids
+        else:
             slots.note_cached(program_id, pair.branch, ids)
 
     async def _wait_for_slack(self, until: Callable[[], bool] | None = None) -> None:
@@ -248,19 +266,19 @@ class LlamaCppWarmer(_HttpWarmer):
     async def _seed_from_cached_slot(
         self, program_id: str, ids: list[int], end: int, finishing: Callable[[], bool]
     ) -> int:
-        """Where the warm-up starts, from what the slots are known to hold
-        (`SlotPairs.cached_prefixes`): past the prefix the branch slot itself holds (a slot a
-        sub-agent ran in, say), or from a copy of the slot holding the longest prefix of `ids`
-        when that saves at least a chunk's prefill. A busy slot is passed over: llama.cpp saves
-        it only once its request ends."""
+        """Where a warm-up that would start at `end` (past what its branch slot holds) starts
+        instead: from a copy of the slot holding the longest prefix of `ids`
+        (`SlotPairs.cached_prefixes`: another sub-agent's context with the same role prompt,
+        say), when that saves at least a chunk's prefill. A busy slot is passed over: llama.cpp
+        saves it only once its request ends."""
         slots = self.session.slots
         pair = slots.pair(program_id) if slots is not None else None
         if slots is None or pair is None:
             return end
         shared = {
-            cached.slot: common_prefix_length(ids, cached.ids) for cached in slots.cached_prefixes()
+            cached.slot: common_prefix_length(ids, cached.ids)
+            for cached in slots.cached_prefixes(exclude=pair.branch)
         }
-        end = max(end, min(shared.pop(pair.branch, 0), len(ids) - 1))
         log.debug("%s known slots: %s (branch %d)", program_id, shared, pair.branch)
         worth = end + self.chunks.min_tokens
         shared = {slot: length for slot, length in shared.items() if length > worth}
@@ -314,9 +332,10 @@ class LlamaCppWarmer(_HttpWarmer):
         lookahead does, often as the model's next request goes out.) False when nothing was
         copied (the branch already holds all but a chunk of it, or the server has no slot
         copies)."""
-        branch = self._branch(program_id)
         ids = await self._tokenize(await self.render(messages, shape))
-        if len(ids) - common_prefix_length(ids, branch.ids) < self.chunks.min_tokens:
+        if len(ids) - common_prefix_length(ids, self._branch_holds(program_id)) < (
+            self.chunks.min_tokens
+        ):
             return False
         # A save waiting for the live slot's request does not hold the engine; sending it while
         # a foreground prompt is prefilled could (it may be served first).
@@ -324,9 +343,8 @@ class LlamaCppWarmer(_HttpWarmer):
         started = time.perf_counter()
         if not await self._seed_branch(program_id):
             return False
-        branch.forget_warm_up()
-        branch.ids = ids
-        self._note_branch(program_id, ids)
+        self._branch(program_id).prompt_ids = []
+        self._branch_now_holds(program_id, ids)
         if self.session.slots is not None:  # a summary of the live context may now run there
             self.session.slots.mirror_live(program_id, True)
         log.debug(
@@ -340,8 +358,8 @@ class LlamaCppWarmer(_HttpWarmer):
     def hand_over(self, program_id: str, child_id: str) -> None:
         """A sub-agent spawned from this program's lookahead runs in the slot it was warmed in
         (until `detach(child_id)`)."""
-        if self.session.slots is not None and self.session.slots.hand_over(program_id, child_id):
-            self._branch(program_id).ids = []
+        if self.session.slots is not None:
+            self.session.slots.hand_over(program_id, child_id)
 
     def detach(self, program_id: str) -> None:
         branch = self._branches.pop(program_id, None)
@@ -445,8 +463,8 @@ class LlamaCppWarmer(_HttpWarmer):
         program_id = tags.program_id if tags is not None else ""
         branch = self._branch(program_id)
         branch.finishing = False
-        end = common_prefix_length(ids, branch.ids)
-        branch.prompt_tokens = len(ids)
+        end = common_prefix_length(ids, self._branch_holds(program_id))
+        branch.prompt_ids = ids
         live_prefix = int(branch.live_prefix_share * len(ids))
         live_messages = min(branch.live_prefix_messages, len(messages))
         branch.live_prefix_share, branch.live_prefix_messages = 0.0, 0
@@ -496,7 +514,7 @@ class LlamaCppWarmer(_HttpWarmer):
             )
             start, end = end, min(len(ids), end + chunk)
             spend.prefilled_tokens += end - start  # computed even if this request is cancelled
-            self._note_branch(program_id, ids[:start])  # until the chunk is in
+            self._branch_now_holds(program_id, ids[:start])  # until the chunk is in
             prefilled, _ = await self._prefill(ids[:end])
             log.debug(
                 "%s chunk %d-%d: gate %.2f s, engine %.2f s, computed %d",
@@ -509,8 +527,7 @@ class LlamaCppWarmer(_HttpWarmer):
             )
             spend.prefilled_tokens += prefilled - (end - start)
             prefilled_total += prefilled
-            branch.ids = ids[:end]
-            self._note_branch(program_id, branch.ids)
+            self._branch_now_holds(program_id, ids[:end])
         # Stopped early by a commit: the prompt so far is what the branch holds.
         return WarmupResult(
             end, end - prefilled_total, time.perf_counter() - started, complete=end >= len(ids)

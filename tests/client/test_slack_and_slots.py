@@ -332,7 +332,9 @@ def test_a_commit_runs_in_the_slot_holding_more_of_its_context(
     warmer = LlamaCppWarmer(session)
     warmer.attach("p")
     before = session.slots.pair("p")
-    warmer._branches["p"] = BranchSlot(ids=[7] * 90, prompt_tokens=100)
+    # The last warm-up's prompt: 100 tokens, 90 of them in the branch slot.
+    warmer._branches["p"] = BranchSlot(prompt_ids=[7] * 90 + [8] * 10)
+    warmer._branch_now_holds("p", [7] * 90)
     warmer.committed("p", replaced=True, live_prefix_share=live_share)
     after = session.slots.pair("p")
     assert before is not None and after is not None
@@ -585,7 +587,8 @@ def test_a_warmer_gives_a_returning_program_its_branch_slot_and_what_it_holds(
     pair = session.slots.pair("p")
     assert pair is not None
     session.slots.slot_for(RequestTags("p"))
-    first._branches["p"] = BranchSlot(ids=[7] * 90, prompt_tokens=100, finishing=True)
+    first._branches["p"] = BranchSlot(prompt_ids=[7] * 90 + [8] * 10, finishing=True)
+    first._branch_now_holds("p", [7] * 90)
     first.detach("p")
 
     second = LlamaCppWarmer(session)
@@ -594,3 +597,30 @@ def test_a_warmer_gives_a_returning_program_its_branch_slot_and_what_it_holds(
     second.committed("p", replaced=True, live_prefix_share=0.1)
     after = session.slots.pair("p")
     assert after is not None and after.current == pair.branch  # the warmed slot serves it
+
+
+def test_what_a_warmer_finds_in_its_branch_is_the_sessions_slot_record(
+    llamacpp_session: ServerSession,
+) -> None:
+    """One record per slot: a paired program's warmer reads the session's, which a request the
+    server places itself invalidates; an unpaired one keeps its own until its commit."""
+    from lookahead_sdk import LlamaCppWarmer
+
+    session = llamacpp_session
+    assert session.slots is not None
+    warmer = LlamaCppWarmer(session)
+    warmer.attach("p")
+    pair = session.slots.pair("p")
+    assert pair is not None
+    warmer._branch_now_holds("p", [1, 2, 3])
+    assert session.slots.holds(pair.branch) == (1, 2, 3)
+    assert list(warmer._branch_holds("p")) == [1, 2, 3]
+    session.slots.slot_for(RequestTags("unpaired"))  # the server chooses its slot
+    assert list(warmer._branch_holds("p")) == []
+
+    unpaired = LlamaCppWarmer(session)  # no attach: no slot pair
+    unpaired._branch_now_holds("q", [4, 5])
+    assert list(unpaired._branch_holds("q")) == [4, 5]
+    assert all(cached.ids != (4, 5) for cached in session.slots.cached_prefixes())
+    unpaired.committed("q", replaced=True)
+    assert list(unpaired._branch_holds("q")) == []
