@@ -36,6 +36,7 @@ from lookahead_sdk.client.timeline import (
     TimelineEntry,
     background_overlap,
     mean_background,
+    reply_decode_s,
     summed_turn_waits,
     turn_wait,
 )
@@ -99,6 +100,8 @@ class RunResult:
     # Per background request kind: requests, seconds, and seconds while a foreground request
     # waited for its first token (`timeline.background_overlap`).
     background: dict[str, dict[str, float]] = field(default_factory=dict)
+    # Foreground replies' decoding (first token to end), summed (`timeline.reply_decode_s`).
+    reply_decode_s: float = 0.0
     gate_wait_s: float = 0.0  # best-effort work held back by the slack gate, summed
     background_yields: float = 0  # background LLM replies stopped for a foreground request
     # Runs pooled into this record (`pooled`): how many, and each one's wall time.
@@ -109,7 +112,8 @@ class RunResult:
     def pooled(cls, runs: Sequence[RunResult]) -> RunResult:
         """Repeated runs of one strategy and mode as one record: turn lists and token counts
         over all of them (so p50s, hits and per-turn waits are over every turn), the wall time
-        as the mean run's (each run's kept), background work and gate figures per run (means)."""
+        as the mean run's (each run's kept), background work, reply decoding and gate figures per
+        run (means)."""
         if not runs:
             raise ValueError("pooled needs at least one run")
         count = len(runs)
@@ -123,6 +127,7 @@ class RunResult:
         merged.turn_wait_s = summed_turn_waits(run.turn_wait_s for run in runs)
         merged.background = mean_background([run.background for run in runs])
         merged.gate_wait_s = sum(run.gate_wait_s for run in runs) / count
+        merged.reply_decode_s = sum(run.reply_decode_s for run in runs) / count
         merged.background_yields = sum(run.background_yields for run in runs) / count
         return merged
 
@@ -170,6 +175,7 @@ class RunResult:
                 sums[cause] += seconds
         for kind, load in background_overlap(entries, now=now).items():
             self.background[kind] = asdict(load)
+        self.reply_decode_s = reply_decode_s(entries, now=now)
 
     def to_json(self) -> dict:
         return asdict(self)

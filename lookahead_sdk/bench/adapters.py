@@ -76,6 +76,7 @@ class ExampleRun:
     # `bench ttft`: per turn kind and cause, per background request kind.
     turn_wait_s: dict[str, dict[str, float]] = field(default_factory=dict)
     background: dict[str, dict[str, float]] = field(default_factory=dict)
+    reply_decode_s: float | None = None  # foreground replies' decoding, summed (None: older)
     # Runs pooled into this record (`merge_repeats`): turns from all of them; wall time and
     # background per run (means); each run's wall time.
     repeats: int = 1
@@ -101,6 +102,8 @@ def merge_repeats(runs: list[ExampleRun]) -> ExampleRun:
         merged.context_tokens += run.context_tokens
     merged.turn_wait_s = summed_turn_waits(run.turn_wait_s for run in runs)
     merged.background = mean_background([run.background for run in runs])
+    decodes = [run.reply_decode_s for run in runs if run.reply_decode_s is not None]
+    merged.reply_decode_s = sum(decodes) / len(decodes) if decodes else None
     return merged
 
 
@@ -146,6 +149,7 @@ def run_example(
         load_average=(load_before, os.getloadavg()[0]),
         turn_wait_s=document.get("turn_wait_s", {}),
         background=document.get("background", {}),
+        reply_decode_s=document.get("reply_decode_s"),
     )
     for row in document["rows"]:
         run.commits.append(row["commit"])

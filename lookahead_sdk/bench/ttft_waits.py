@@ -33,9 +33,12 @@ WAITS_LEGEND = (
     "request's wait for its first token, each instant put down to the first of: a warm-up "
     "chunk, a background LLM call (a lookahead summary), a llama.cpp slot copy, another "
     "program's request, or nothing beside it (alone: its own prefill). Background: requests, "
-    "seconds run, and seconds of those while some foreground request waited for its first "
-    "token; yields: background LLM replies stopped when a foreground request arrived and "
-    "continued later; gate: seconds best-effort work waited for slack."
+    "seconds run, seconds of those while some foreground request waited for its first "
+    "token, and seconds of the rest while a foreground reply was decoding (on a CPU that "
+    "reply decodes slower by about as much; '-': not measured in that run); yields: "
+    "background LLM replies stopped when a foreground request arrived and continued later; "
+    "gate: seconds best-effort work waited for slack; decode: seconds the foreground "
+    "replies spent decoding (first token to end) per run, sync -> lookahead."
 )
 
 
@@ -60,8 +63,9 @@ def waits_tables(runs: Runs, *, name: str = "strategy") -> list[Table]:
         ("run", "TTFT", *(label for _, label in CAUSE_COLUMNS)),
     )
     background = compact_table(
-        "Background requests (lookahead runs, per run): n / s run / s during a foreground wait",
-        (name, *(label for _, label in BACKGROUND_COLUMNS), "yields", "gate s"),
+        "Background requests (lookahead runs, per run): n / s run / s during a foreground wait"
+        " / s beside a decoding reply",
+        (name, *(label for _, label in BACKGROUND_COLUMNS), "yields", "gate s", "decode s s->l"),
     )
     for run_name, by_mode in runs.items():
         for kind, letter, ttft_key in TURN_KINDS:
@@ -83,8 +87,16 @@ def waits_tables(runs: Runs, *, name: str = "strategy") -> list[Table]:
             *(_load(look["background"].get(kind)) for kind, _ in BACKGROUND_COLUMNS),
             _count(look.get("background_yields")),
             "-" if gate_wait_s is None else f"{gate_wait_s:.1f}",
+            _decode(by_mode["sync"].get("reply_decode_s"), look.get("reply_decode_s")),
         )
     return [waits, background]
+
+
+def _decode(sync_s: float | None, look_s: float | None) -> str:
+    """Foreground replies' decoding per run, sync -> lookahead ('-': not measured then)."""
+    if sync_s is None or look_s is None:
+        return "-"
+    return f"{sync_s:.0f}->{look_s:.0f}"
 
 
 def _count(value: float | None) -> str:
@@ -99,4 +111,8 @@ def _ms(seconds: float) -> str:
 def _load(load: dict[str, float] | None) -> str:
     if not load or not load["requests"]:
         return "-"
-    return f"{load['requests']:.0f}/{load['seconds']:.1f}/{load['during_foreground_wait_s']:.1f}"
+    beside_decode = load.get("during_foreground_decode_s")  # not in JSON before it was measured
+    return (
+        f"{load['requests']:.0f}/{load['seconds']:.1f}/{load['during_foreground_wait_s']:.1f}"
+        f"/{'-' if beside_decode is None else f'{beside_decode:.1f}'}"
+    )

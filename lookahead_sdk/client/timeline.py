@@ -5,7 +5,9 @@ request: what it is (`RequestKind`), its program, when it was sent, when its fir
 back (a streamed reply's first token, `client/first_output.py`) and when it ended. `wait_behind` then splits a foreground
 request's wait for its first token by what else the server was running meanwhile, and
 `background_overlap` says how much of each background request ran while a foreground request
-waited. Times are `time.perf_counter()` seconds, the clock the agent loop stamps its turns with.
+waited, or ran beside a reply being decoded (on an engine with no spare compute, a CPU, that
+reply streams slower by about as much). Times are `time.perf_counter()` seconds, the clock the
+agent loop stamps its turns with.
 """
 
 from __future__ import annotations
@@ -190,27 +192,49 @@ class BackgroundLoad:
 
     requests: int = 0
     seconds: float = 0.0  # summed send-to-end times
-    # Of those, the seconds some foreground request was waiting for its first token.
+    # Of those, the seconds some foreground request was waiting for its first token,
     during_foreground_wait_s: float = 0.0
+    # and the seconds, besides those, some foreground reply was being decoded: the rest ran
+    # while no foreground request was in flight.
+    during_foreground_decode_s: float = 0.0
 
 
 def background_overlap(
     entries: Iterable[TimelineEntry], *, now: float | None = None
 ) -> dict[str, BackgroundLoad]:
-    """Per background kind: how many requests, how long they ran, and how much of that time a
-    foreground request was waiting (the time they could have delayed one)."""
+    """Per background kind: how many requests, how long they ran, how much of that time a
+    foreground request was waiting (the time they could have delayed one) and how much of the
+    rest a foreground reply was being decoded (the time they could have slowed one)."""
     now = time.perf_counter() if now is None else now
     listed = list(entries)
-    waits = _union([entry.prefilling(now) for entry in listed if entry.kind == "foreground"])
+    foreground = [entry for entry in listed if entry.kind == "foreground"]
+    waits = _union([entry.prefilling(now) for entry in foreground])
+    busy = _union([entry.running(now) for entry in foreground])
     loads = {kind: BackgroundLoad() for kind in BACKGROUND_KINDS}
     for entry in listed:
         if entry.kind not in loads:
             continue
         load, interval = loads[entry.kind], entry.running(now)
+        waited = sum(_overlap(interval, wait) for wait in waits)
         load.requests += 1
         load.seconds += interval[1] - interval[0]
-        load.during_foreground_wait_s += sum(_overlap(interval, wait) for wait in waits)
+        load.during_foreground_wait_s += waited
+        # A foreground request is in flight over `busy`: waiting for its first token or
+        # decoding; what is not a wait there is a decode.
+        in_flight = sum(_overlap(interval, span) for span in busy)
+        load.during_foreground_decode_s += max(0.0, in_flight - waited)
     return loads
+
+
+def reply_decode_s(entries: Iterable[TimelineEntry], *, now: float | None = None) -> float:
+    """The time foreground replies spent decoding (first output to end), summed: on an engine
+    with no spare compute, background work beside them makes it longer."""
+    now = time.perf_counter() if now is None else now
+    return sum(
+        entry.running(now)[1] - entry.first_output_at
+        for entry in entries
+        if entry.kind == "foreground" and entry.first_output_at is not None
+    )
 
 
 def _union(intervals: Iterable[tuple[float, float]]) -> list[tuple[float, float]]:

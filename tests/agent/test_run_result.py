@@ -21,6 +21,7 @@ def run(wall_s: float, transform: list[float], hits: int, warm_ups: int, yields:
         background={"warm_up": {"requests": warm_ups, "seconds": 2.0 * warm_ups}},
         gate_wait_s=float(warm_ups),
         background_yields=yields,
+        reply_decode_s=10.0 * yields,
     )
 
 
@@ -37,6 +38,7 @@ def test_pooled_runs_keep_every_turn_and_each_wall_time() -> None:
     # ... background load and the gate are per run.
     assert pooled.background == {"warm_up": {"requests": 5.0, "seconds": 10.0}}
     assert pooled.gate_wait_s == pytest.approx(5.0) and pooled.background_yields == 1.5
+    assert pooled.reply_decode_s == pytest.approx(15.0)
 
 
 def test_pooling_nothing_is_an_error() -> None:

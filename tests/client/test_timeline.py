@@ -16,6 +16,7 @@ from lookahead_sdk.client.timeline import (
     background_overlap,
     first_output_after,
     mean_background,
+    reply_decode_s,
     request_answered_at,
     request_kind,
     summed_turn_waits,
@@ -154,6 +155,43 @@ def test_background_time_during_a_foreground_wait_is_measured() -> None:
     assert loads["warm_up"].during_foreground_wait_s == pytest.approx(0.5)
     assert loads["slot_copy"].during_foreground_wait_s == pytest.approx(0.1)
     assert loads["background_llm"].requests == 0
+    # The first warm-up's other half ran while both replies decoded (1.5-3.0), as did the
+    # second one all along; the copy ran only during a wait.
+    assert loads["warm_up"].during_foreground_decode_s == pytest.approx(1.0)
+    assert loads["slot_copy"].during_foreground_decode_s == pytest.approx(0.0)
+
+
+def test_background_time_is_split_between_waits_decodes_and_idle_time() -> None:
+    entries = [
+        entry("foreground", "a", 0.0, 1.0, 2.0),
+        entry("warm_up", "c", 0.5, 3.0, 3.0),  # 0.5 wait, 1.0 decode, 1.0 idle
+    ]
+    [warm_up] = [background_overlap(entries, now=5.0)["warm_up"]]
+    assert warm_up.during_foreground_wait_s == pytest.approx(0.5)
+    assert warm_up.during_foreground_decode_s == pytest.approx(1.0)
+    unfinished = [entry("foreground", "a", 0.0, None, None), entry("warm_up", "c", 0.0, 1.0, 1.0)]
+    [still_waiting] = [background_overlap(unfinished, now=5.0)["warm_up"]]
+    assert still_waiting.during_foreground_decode_s == pytest.approx(0.0)
+
+
+def test_reply_decoding_is_summed_from_first_output_to_end() -> None:
+    entries = [
+        entry("foreground", "a", 0.0, 1.0, 3.0),  # 2.0
+        entry("foreground", "b", 0.0, 4.0, None),  # still decoding at 5.0: 1.0
+        entry("foreground", "b", 0.0, None, None),  # still waiting: none
+        entry("warm_up", "c", 0.0, 0.5, 4.0),  # not a reply
+    ]
+    assert reply_decode_s(entries, now=5.0) == pytest.approx(3.0)
+
+
+@given(st.lists(intervals, max_size=12))
+def test_background_time_during_waits_and_decodes_never_exceeds_its_run(raw) -> None:
+    entries = [entry(kind, p, s, s + d / 2, s + d) for kind, p, s, d in raw]
+    for load in background_overlap(entries, now=100.0).values():
+        assert 0 <= load.during_foreground_decode_s
+        assert load.during_foreground_wait_s + load.during_foreground_decode_s <= (
+            load.seconds + 1e-9
+        )
 
 
 async def test_the_sessions_transports_record_every_request_with_its_kind_and_times() -> None:

@@ -42,6 +42,7 @@ from lookahead_sdk.client.timeline import (
     RequestTimeline,
     TimelineEntry,
     background_overlap,
+    reply_decode_s,
     request_answered_at,
     turn_wait,
 )
@@ -188,6 +189,7 @@ def write_turns(
         document["background"] = {
             kind: asdict(load) for kind, load in background_overlap(entries, now=now).items()
         }
+        document["reply_decode_s"] = reply_decode_s(entries, now=now)
     return write_json(path, document)
 
 

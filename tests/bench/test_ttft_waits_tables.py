@@ -1,0 +1,47 @@
+"""The "where the time went" tables of `bench ttft` / `bench adapters` (`bench.ttft_waits`)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from rich.console import Console
+
+from lookahead_sdk.bench.ttft_waits import waits_tables
+from lookahead_sdk.client.timeline import TURN_WAIT_CAUSES
+
+
+def mode_run(reply_decode_s: float | None, beside_decode_s: float | None) -> dict[str, Any]:
+    warm_up: dict[str, float] = {"requests": 4, "seconds": 3.0, "during_foreground_wait_s": 0.5}
+    if beside_decode_s is not None:
+        warm_up["during_foreground_decode_s"] = beside_decode_s
+    run: dict[str, Any] = {
+        "normal_ttft_s": [0.5, 0.7],
+        "transform_ttft_s": [1.0],
+        "turn_wait_s": {
+            kind: dict.fromkeys(TURN_WAIT_CAUSES, 0.1) for kind in ("normal", "transform")
+        },
+        "background": {"warm_up": warm_up},
+        "gate_wait_s": 0.3,
+    }
+    if reply_decode_s is not None:
+        run["reply_decode_s"] = reply_decode_s
+    return run
+
+
+def rendered(runs: dict[str, dict[str, dict[str, Any]]]) -> str:
+    console = Console(width=200, record=True)
+    for table in waits_tables(runs):
+        console.print(table)
+    return console.export_text()
+
+
+def test_the_background_table_shows_work_beside_decoding_replies_and_their_decode_time() -> None:
+    text = rendered({"isolate": {"sync": mode_run(20.0, None), "lookahead": mode_run(43.0, 2.0)}})
+    assert "4/3.0/0.5/2.0" in text  # requests / run / during a wait / beside a decode
+    assert "20->43" in text
+
+
+def test_runs_recorded_before_the_decode_measure_show_a_dash() -> None:
+    text = rendered({"offload": {"sync": mode_run(None, None), "lookahead": mode_run(None, None)}})
+    assert "4/3.0/0.5/-" in text
+    assert text.split()[-2:] == ["0.3", "-"]  # gate seconds, then decode: not measured
