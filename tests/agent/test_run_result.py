@@ -66,6 +66,7 @@ def test_pooling_loses_no_turn_and_no_token(shapes: list) -> None:
         assert getattr(pooled, name) == [x for r in runs for x in getattr(r, name)]
     for name in POOLED_COUNTS:
         assert getattr(pooled, name) == sum(getattr(r, name) for r in runs)
-    assert min(pooled.wall_s_each) <= pooled.wall_s <= max(pooled.wall_s_each)
+    ulps = 1e-9 * max(pooled.wall_s_each)  # the mean of equal walls may round by an ulp
+    assert min(pooled.wall_s_each) - ulps <= pooled.wall_s <= max(pooled.wall_s_each) + ulps
     one = RunResult.pooled(runs[:1])
     assert one.to_json() == {**runs[0].to_json(), "wall_s_each": [runs[0].wall_s]}
