@@ -59,10 +59,13 @@ def provenance() -> dict[str, Any]:
 
 
 def dirty_outside_docs(root: Path) -> bool | None:
-    """Whether the checkout at `root` has uncommitted changes to tracked files outside docs/.
-    Results and docs cannot change a measurement: a bench that runs after another one wrote its
-    JSON into docs/ still measured the committed code."""
-    status = _git(root, "status", "--porcelain", "--untracked-files=no", "--", ".", ":!docs")
+    """Whether the checkout at `root` has uncommitted changes to tracked files outside docs/ and
+    README.md. Results and docs cannot change a measurement: a bench that runs after another
+    one wrote its JSON into docs/ (and `report` its tables into the README) still measured the
+    committed code."""
+    status = _git(
+        root, "status", "--porcelain", "--untracked-files=no", "--", ".", ":!docs", ":!README.md"
+    )
     return None if status is None else bool(status)
 
 
