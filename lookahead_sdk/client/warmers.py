@@ -24,6 +24,7 @@ from lookahead_sdk.base.messages import Message, calls_tools
 from lookahead_sdk.base.protocol import WireFormat
 from lookahead_sdk.base.tags import current_tags
 from lookahead_sdk.base.tokens import common_prefix_length
+from lookahead_sdk.client.llamacpp_slots import SlotPair, SlotPairs
 from lookahead_sdk.client.session import BEST_EFFORT_BATCH_FIELD, ServerSession
 from lookahead_sdk.client.slack import ChunkSizer, SlackGate
 from lookahead_sdk.client.transport import tagged_async_http_client
@@ -215,21 +216,27 @@ class LlamaCppWarmer(_HttpWarmer):
         program with a slot pair, the session's record of the slot (what this or another
         program's warm-up or copy left there, while valid); else what this warmer's chunks
         left (the server places them itself, mostly in the slot holding the most of them)."""
-        slots = self.session.slots
-        pair = slots.pair(program_id) if slots is not None else None
-        if slots is None or pair is None:
+        paired = self._paired(program_id)
+        if paired is None:
             return self._branch(program_id).unpaired_ids
+        slots, pair = paired
         return slots.holds(pair.branch)
 
     def _branch_now_holds(self, program_id: str, ids: list[int]) -> None:
         """The program's branch slot now holds `ids` (for its and other warm-ups to start
         from)."""
-        slots = self.session.slots
-        pair = slots.pair(program_id) if slots is not None else None
-        if slots is None or pair is None:
+        paired = self._paired(program_id)
+        if paired is None:
             self._branch(program_id).unpaired_ids = ids
         else:
+            slots, pair = paired
             slots.note_cached(program_id, pair.branch, ids)
+
+    def _paired(self, program_id: str) -> tuple[SlotPairs, SlotPair] | None:
+        """The session's slot pairs and the program's pair, when it has one."""
+        slots = self.session.slots
+        pair = slots.pair(program_id) if slots is not None else None
+        return None if slots is None or pair is None else (slots, pair)
 
     async def _wait_for_slack(self, until: Callable[[], bool] | None = None) -> None:
         if self.gate is not None:
@@ -241,9 +248,10 @@ class LlamaCppWarmer(_HttpWarmer):
     async def _seed_branch(self, program_id: str) -> bool:
         """Copy the live slot's KV into the branch slot (llama.cpp slot save + restore): a
         fraction of a second where prefilling the same prefix takes seconds on a CPU."""
-        pair = self.session.slots.pair(program_id) if self.session.slots is not None else None
-        if pair is None:
+        paired = self._paired(program_id)
+        if paired is None:
             return False
+        _, pair = paired
         return await self._copy_slot(pair.current, pair.branch) is not None
 
     async def _copy_slot(self, source: int, target: int) -> int | None:
@@ -271,10 +279,10 @@ class LlamaCppWarmer(_HttpWarmer):
         (`SlotPairs.cached_prefixes`: another sub-agent's context with the same role prompt,
         say), when that saves at least a chunk's prefill. A busy slot is passed over: llama.cpp
         saves it only once its request ends."""
-        slots = self.session.slots
-        pair = slots.pair(program_id) if slots is not None else None
-        if slots is None or pair is None:
+        paired = self._paired(program_id)
+        if paired is None:
             return end
+        slots, pair = paired
         shared = {
             cached.slot: common_prefix_length(ids, cached.ids)
             for cached in slots.cached_prefixes(exclude=pair.branch)
