@@ -4,18 +4,22 @@ from __future__ import annotations
 
 import asyncio
 import time
+from typing import TYPE_CHECKING
 
 import pytest
 from openai import AsyncOpenAI
 
 from lookahead_sdk import RequestTags, ServerSession, use_tags
 from lookahead_sdk.base.tags import BackgroundWork, doing
-from lookahead_sdk.client.llamacpp_slots import CachedPrefix, SlotPairs
+from lookahead_sdk.client.llamacpp_slots import CachedPrefix, SlotPair, SlotPairs
 from lookahead_sdk.client.session import ServerFacts
 from lookahead_sdk.client.slack import BatchSizer, ChunkSizer, ForegroundRegistry, SlackGate
 
 from ..support.clock import VirtualClock
 from ..support.recording_proxy import RecordingProxy
+
+if TYPE_CHECKING:
+    from lookahead_sdk import LlamaCppWarmer
 
 
 @pytest.fixture
@@ -320,24 +324,41 @@ async def test_llamacpp_wire_adds_the_slot(stub_server: RecordingProxy) -> None:
     assert foreground["id_slot"] != warmup["id_slot"]
 
 
+def attached_warmer(
+    session: ServerSession, program_id: str = "p"
+) -> tuple[LlamaCppWarmer, SlotPair]:
+    """A llama.cpp warmer of `session` with `program_id` attached, and the program's pair."""
+    from lookahead_sdk import LlamaCppWarmer
+
+    warmer = LlamaCppWarmer(session)
+    warmer.attach(program_id)
+    assert session.slots is not None
+    pair = session.slots.pair(program_id)
+    assert pair is not None
+    return warmer, pair
+
+
+def warm_nine_tenths(
+    warmer: LlamaCppWarmer, program_id: str = "p", *, finishing: bool = False
+) -> None:
+    """As if the program's last warm-up (100 tokens) left 90 of them in its branch slot."""
+    from lookahead_sdk.client.warmers import BranchSlot
+
+    warmer._branches[program_id] = BranchSlot(prompt_ids=[7] * 90 + [8] * 10, finishing=finishing)
+    warmer._branch_now_holds(program_id, [7] * 90)
+
+
 @pytest.mark.parametrize(("live_share", "swapped"), [(0.5, True), (0.95, False)])
 def test_a_commit_runs_in_the_slot_holding_more_of_its_context(
     llamacpp_session: ServerSession, live_share: float, swapped: bool
 ) -> None:
-    from lookahead_sdk import LlamaCppWarmer
-    from lookahead_sdk.client.warmers import BranchSlot
-
     session = llamacpp_session
     assert session.slots is not None
-    warmer = LlamaCppWarmer(session)
-    warmer.attach("p")
-    before = session.slots.pair("p")
-    # The last warm-up's prompt: 100 tokens, 90 of them in the branch slot.
-    warmer._branches["p"] = BranchSlot(prompt_ids=[7] * 90 + [8] * 10)
-    warmer._branch_now_holds("p", [7] * 90)
+    warmer, before = attached_warmer(session)
+    warm_nine_tenths(warmer)
     warmer.committed("p", replaced=True, live_prefix_share=live_share)
     after = session.slots.pair("p")
-    assert before is not None and after is not None
+    assert after is not None
     assert (after.current == before.branch) is swapped
     warmer.detach("p")
     assert session.slots.pair("p") is None
@@ -578,17 +599,12 @@ def test_a_warmer_gives_a_returning_program_its_branch_slot_and_what_it_holds(
     """The next run of a framework agent (a new model context, a new warmer from the same
     endpoint) loads the last run's ready lookahead: it must commit in the slot it was warmed in."""
     from lookahead_sdk import LlamaCppWarmer
-    from lookahead_sdk.client.warmers import BranchSlot
 
     session = llamacpp_session
     assert session.slots is not None
-    first = LlamaCppWarmer(session)
-    first.attach("p")
-    pair = session.slots.pair("p")
-    assert pair is not None
+    first, pair = attached_warmer(session)
     session.slots.slot_for(RequestTags("p"))
-    first._branches["p"] = BranchSlot(prompt_ids=[7] * 90 + [8] * 10, finishing=True)
-    first._branch_now_holds("p", [7] * 90)
+    warm_nine_tenths(first, finishing=True)
     first.detach("p")
 
     second = LlamaCppWarmer(session)
@@ -608,10 +624,7 @@ def test_what_a_warmer_finds_in_its_branch_is_the_sessions_slot_record(
 
     session = llamacpp_session
     assert session.slots is not None
-    warmer = LlamaCppWarmer(session)
-    warmer.attach("p")
-    pair = session.slots.pair("p")
-    assert pair is not None
+    warmer, pair = attached_warmer(session)
     warmer._branch_now_holds("p", [1, 2, 3])
     assert session.slots.holds(pair.branch) == (1, 2, 3)
     assert list(warmer._branch_holds("p")) == [1, 2, 3]
