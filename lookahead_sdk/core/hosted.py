@@ -24,6 +24,8 @@ from lookahead_sdk.core.sync_runtime import BackgroundLoop
 T = TypeVar("T")
 log = logging.getLogger(__name__)
 Operation = Callable[[LookaheadRuntime], Awaitable[T]]
+# How long an async hook blocks its caller's loop for an operation before awaiting it instead.
+QUICK_OPERATION_S = 0.002
 
 
 class AdapterLoop:
@@ -43,10 +45,22 @@ class AdapterLoop:
         return self._background.run(coroutine)
 
     async def arun(self, coroutine: Coroutine[Any, Any, T]) -> T:
-        """From async code on any loop: await without blocking that loop."""
+        """From async code on any loop: without blocking that loop for more than
+        `QUICK_OPERATION_S`.
+
+        Most operations take well under a millisecond on the adapter's thread. Awaiting them
+        lets the caller's loop run its other ready tasks (a framework's event streaming, other
+        agents) before the hook returns, so the model call behind the hook starts that much
+        later; waiting for them here, with the GIL released, hands the result back at once. An
+        operation still running after that (a commit waiting for its lookahead, a synchronous
+        transform, one that needs the caller's loop) is awaited as before."""
         if asyncio.get_running_loop() is self.loop:
             return await coroutine
-        return await asyncio.wrap_future(asyncio.run_coroutine_threadsafe(coroutine, self.loop))
+        future = asyncio.run_coroutine_threadsafe(coroutine, self.loop)
+        try:
+            return future.result(QUICK_OPERATION_S)
+        except concurrent.futures.TimeoutError:
+            return await asyncio.wrap_future(future)
 
     def host(self, create: Callable[[], LookaheadRuntime]) -> HostedRuntime:
         """A runtime built on this loop (its background tasks belong there)."""

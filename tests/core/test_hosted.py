@@ -1,0 +1,82 @@
+"""AdapterLoop.arun: a quick operation answers its async hook without yielding the caller's
+loop; a slow one, or one that needs the caller's loop, is awaited."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Iterator
+
+import pytest
+
+from lookahead_sdk.core import hosted
+from lookahead_sdk.core.hosted import QUICK_OPERATION_S, AdapterLoop
+
+
+@pytest.fixture
+def adapter_loop() -> Iterator[AdapterLoop]:
+    loop = AdapterLoop("test-adapter")
+    yield loop
+    loop.close([])
+
+
+def test_a_quick_operation_returns_before_the_callers_other_tasks_run(
+    adapter_loop: AdapterLoop, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # "Quick" is a bound on the operation's time: a generous one, so a busy machine cannot
+    # push this operation past it.
+    monkeypatch.setattr(hosted, "QUICK_OPERATION_S", 30.0)
+
+    async def quick() -> str:
+        return "done"
+
+    async def main() -> list[str]:
+        order: list[str] = []
+        asyncio.get_running_loop().call_soon(order.append, "other task")
+        order.append(await adapter_loop.arun(quick()))
+        await asyncio.sleep(0)
+        return order
+
+    assert asyncio.run(main()) == ["done", "other task"]
+
+
+def test_a_slow_operation_lets_the_callers_loop_run_meanwhile(adapter_loop: AdapterLoop) -> None:
+    async def slow() -> str:
+        await asyncio.sleep(QUICK_OPERATION_S * 25)
+        return "done"
+
+    async def main() -> list[str]:
+        order: list[str] = []
+        asyncio.get_running_loop().call_soon(order.append, "other task")
+        order.append(await adapter_loop.arun(slow()))
+        return order
+
+    assert asyncio.run(main()) == ["other task", "done"]
+
+
+def test_an_operation_that_needs_the_callers_loop_completes(adapter_loop: AdapterLoop) -> None:
+    """E.g. a summary through the framework's own client, which lives on the caller's loop."""
+
+    async def main() -> str:
+        home = asyncio.get_running_loop()
+
+        async def on_home() -> str:
+            return "from the caller's loop"
+
+        async def needs_home() -> str:
+            future = asyncio.run_coroutine_threadsafe(on_home(), home)
+            return await asyncio.wrap_future(future)
+
+        return await asyncio.wait_for(adapter_loop.arun(needs_home()), timeout=30)
+
+    assert asyncio.run(main()) == "from the caller's loop"
+
+
+def test_a_failing_quick_operation_raises_in_the_hook(adapter_loop: AdapterLoop) -> None:
+    async def fails() -> None:
+        raise ValueError("window_tokens must be positive")
+
+    async def main() -> None:
+        await adapter_loop.arun(fails())
+
+    with pytest.raises(ValueError, match="window_tokens"):
+        asyncio.run(main())
