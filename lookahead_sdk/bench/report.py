@@ -257,6 +257,13 @@ def render_sim_ttft_targets(runs: Sequence[tuple[str, Document]]) -> str:
     return sim_ttft_targets_table(runs)
 
 
+def render_decode_slack(runs: Sequence[tuple[str, Document]]) -> str:
+    """Latency profiles: what background prompt tokens cost beside one decode step."""
+    from lookahead_sdk.bench.report_scheduling import decode_slack_table
+
+    return decode_slack_table(runs)
+
+
 def render_router_engine(document: Document) -> str:
     """`bench router --mode engine`: every arm and repeat on real llama-servers, the targets."""
     from lookahead_sdk.bench.router_engine import summary_table, verdict_lines
@@ -300,6 +307,7 @@ RUNS_RENDERERS: dict[str, RunsRenderer] = {
     "gpu-calibration": render_gpu_calibration,
     "sim-ttft": render_sim_ttft,
     "sim-ttft-targets": render_sim_ttft_targets,
+    "decode-slack": render_decode_slack,
 }
 
 

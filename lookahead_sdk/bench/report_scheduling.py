@@ -491,3 +491,69 @@ def sim_ttft_targets_table(runs: Runs) -> str:
             ]
         )
     return markdown_table(header, rows)
+
+
+# -- decode slack: what background prompt tokens cost beside one decode step --------------------
+DECODE_SLACK_EXTRA = (1, 16, 64, 127)  # prompt tokens computed in the same batch as one decode
+DECODE_SLACK_BUDGET = 1.25  # "rides along" = the batch takes at most this times the decode step
+
+
+def tokens_within(gemm_ms: Any, budget: float, limit: int = 8191) -> int:
+    """The most prompt tokens a one-token decode batch takes on while its GEMM time stays within
+    `budget` x the decode step's (the table is non-decreasing, so a binary search)."""
+    ceiling = budget * gemm_ms(1)
+    low, high = 0, limit
+    while low < high:
+        middle = (low + high + 1) // 2
+        if gemm_ms(1 + middle) <= ceiling:
+            low = middle
+        else:
+            high = middle - 1
+    return low
+
+
+def decode_slack_table(runs: Runs) -> str:
+    """Latency profiles (`calibrate` output): how much a decode step slows when best-effort prompt
+    tokens share its batch, from the profile's T_GEMM (the weights part of Eq. 1, no attention)."""
+    from lookahead_sdk.scheduling.latency_model import LatencyModel, LatencyProfile
+
+    rows = []
+    for stem, document in runs:
+        model = LatencyModel(LatencyProfile.from_json(document))
+        decode_ms = model.gemm_ms(1)
+        rows.append(
+            (
+                f"`{document.get('name', stem)}`",
+                _measured_on(document.get("metadata") or {}),
+                f"{decode_ms:.2f} ms",
+                *(f"{model.gemm_ms(1 + extra) / decode_ms:.2f}x" for extra in DECODE_SLACK_EXTRA),
+                str(tokens_within(model.gemm_ms, DECODE_SLACK_BUDGET)),
+            )
+        )
+    header = (
+        "profile",
+        "measured",
+        "one decode token",
+        *(f"+{extra} prompt token{'s' if extra > 1 else ''}" for extra in DECODE_SLACK_EXTRA),
+        f"prompt tokens within {DECODE_SLACK_BUDGET:g}x",
+    )
+    return markdown_table(header, rows)
+
+
+def _measured_on(metadata: Document) -> str:
+    """Where a profile's batches were timed: the provenance stamp `calibrate --measure-embedded`
+    records (commit, CPU), else what the metadata says of the hardware, else '-'."""
+    stamp = metadata.get("provenance")
+    threads = metadata.get("threads")
+    if isinstance(stamp, dict):
+        machine = stamp.get("machine") or {}
+        where = f"{machine.get('cpus', '?')} CPUs ({machine.get('cpu_model', '?')})"
+        if threads is not None:
+            where += f", {threads} engine thread{'s' if threads != 1 else ''}"
+        return f"`{str(stamp.get('commit') or '?')[:10]}`, {where}"
+    if threads is not None:
+        return f"{threads} engine thread{'s' if threads != 1 else ''}"
+    for key in ("gpu", "device", "hardware"):
+        if isinstance(metadata.get(key), str):
+            return str(metadata[key])
+    return "-"

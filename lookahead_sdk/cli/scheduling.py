@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import json
+from dataclasses import replace
 from typing import TYPE_CHECKING
 
 from rich.console import Console
@@ -135,7 +136,12 @@ def _measurements(args: argparse.Namespace, console: Console) -> MeasurementSet:
     )
 
     plan = EmbeddedMeasurementPlan(new_tokens=args.new_tokens, passes=args.passes)
+    from lookahead_sdk.bench.common import provenance
+
     measured = measure_on_embedded_engine(plan, port=args.port, threads=args.engine_threads)
+    # Where these batches were timed (commit, build, machine, command): the measurements' and
+    # the fitted profile's metadata carry it.
+    measured = replace(measured, metadata={**measured.metadata, "provenance": provenance()})
     console.print(f"measured {len(measured.batches)} batches on the embedded engine")
     if args.save_measurements:
         save_measurements(measured, args.save_measurements)

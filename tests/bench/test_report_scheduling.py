@@ -14,6 +14,8 @@ import pytest
 
 from lookahead_sdk.bench import sim_ttft, slo
 from lookahead_sdk.bench.report import RENDERERS, RUNS_RENDERERS, run_report
+from lookahead_sdk.bench.report_scheduling import decode_slack_table, tokens_within
+from lookahead_sdk.scheduling.latency_model import LatencyModel, LatencyProfile
 from lookahead_sdk.bench.report_scheduling import (
     estimator_table,
     gpu_calibration_table,
@@ -380,3 +382,48 @@ def test_an_edited_scheduling_table_is_regenerated_from_its_json(tmp_path: Path)
     text = page.read_text()
     assert "hand-typed" not in text and "12.3% / 2.0%" in text and "**not met**" in text
     assert run_report(tmp_path, check=True) == []
+
+
+# -- decode slack ------------------------------------------------------------------------------
+def _profile_document(name: str, gemm_table_ms: list[list[float]]) -> dict:
+    return {
+        "schema": "lookahead-sdk/latency-profile/v1",
+        "name": name,
+        "gemm_table_ms": gemm_table_ms,
+        "alpha_decode_ms": 0.0,
+        "alpha_prefill_ms": 0.0,
+    }
+
+
+def test_tokens_within_finds_the_last_batch_inside_the_budget() -> None:
+    flat_then_linear = _profile_document("gpu-like", [[1, 10.0], [101, 10.0], [201, 20.0]])
+    model = LatencyModel(LatencyProfile.from_json(flat_then_linear))
+    # Flat to 101 forward tokens, then +0.1 ms per token: 1.25 x 10 ms is reached at 126.
+    assert tokens_within(model.gemm_ms, 1.25) == 125
+    assert tokens_within(model.gemm_ms, 1.0) == 100
+
+
+def test_decode_slack_table_contrasts_a_linear_cpu_with_a_flat_gpu() -> None:
+    cpu = _profile_document("cpu", [[1, 10.0], [2, 30.0], [128, 330.0]])
+    gpu = _profile_document("gpu", [[1, 5.0], [128, 6.0], [1024, 26.0]])
+    table = decode_slack_table([("cpu", cpu), ("gpu", gpu)]).splitlines()
+    assert table[0].startswith("| profile | measured | one decode token | +1 prompt token |")
+    cpu_row, gpu_row = table[2], table[3]
+    assert cpu_row.startswith("| `cpu` | - | 10.00 ms | 3.00x |")
+    assert cpu_row.endswith("| 0 |")  # one more token already triples the batch
+    assert gpu_row.startswith("| `gpu` | - | 5.00 ms | 1.00x |")
+    # 6 ms at 128 forward tokens, then 20 ms per 896: 6.25 ms (1.25 x 5) at 139.2 tokens.
+    assert gpu_row.endswith("| 138 |")
+
+
+def test_decode_slack_table_says_where_each_profile_was_measured() -> None:
+    cpu = _profile_document("cpu", [[1, 10.0], [2, 30.0], [128, 330.0]])
+    cpu["metadata"] = {
+        "threads": 2,
+        "provenance": {"commit": "0123456789abcdef", "machine": {"cpus": 2, "cpu_model": "EPYC"}},
+    }
+    gpu = _profile_document("gpu", [[1, 5.0], [128, 6.0], [1024, 26.0]])
+    gpu["metadata"] = {"device": "NVIDIA H200"}
+    table = decode_slack_table([("cpu", cpu), ("gpu", gpu)]).splitlines()
+    assert table[2].startswith("| `cpu` | `0123456789`, 2 CPUs (EPYC), 2 engine threads |")
+    assert table[3].startswith("| `gpu` | NVIDIA H200 |")

@@ -295,3 +295,34 @@ def test_builtin_h200_profile_is_the_fit_of_the_committed_gpu_measurements() -> 
     context_aware = error_stats(LatencyModel(H200_QWEN3_8B), mixed)
     token_only = error_stats(TokenOnlyModel(H200_QWEN3_8B.token_only_table), mixed)
     assert context_aware.mean_rel_err < 0.08 < token_only.mean_rel_err
+
+
+def test_a_profile_measured_on_the_embedded_engine_says_where(tmp_path, monkeypatch) -> None:
+    """The engine itself is measured by the engine tests; here its batches are given, and the
+    profile must carry the stamp (commit, machine, command) of the run that timed them."""
+    from lookahead_sdk.bench import embedded_batches
+
+    data = measured(random_batches(60, seed=5), TRUE_PROFILE, noise=0.02, seed=4)
+    monkeypatch.setattr(
+        embedded_batches,
+        "measure_on_embedded_engine",
+        lambda plan, port, threads: MeasurementSet(tuple(data), {"threads": threads}),
+    )
+    out, batches = tmp_path / "profile.json", tmp_path / "batches.json"
+    parser = argparse.ArgumentParser()
+    scheduling_cli.register(parser.add_subparsers())
+    args = parser.parse_args(
+        [
+            "calibrate", "--measure-embedded", "--engine-threads", "2",
+            "--save-profile", str(out), "--save-measurements", str(batches),
+        ]
+    )  # fmt: skip
+    assert args.func(args) == 0
+    for metadata in (
+        load_profile(out).metadata,
+        json.loads(batches.read_text())["metadata"],
+    ):
+        assert metadata["threads"] == 2
+        stamp = metadata["provenance"]
+        assert {"commit", "machine", "command", "date"} <= set(stamp)
+        assert stamp["machine"]["cpus"] >= 1
