@@ -14,9 +14,8 @@ import pytest
 
 from lookahead_sdk.bench import sim_ttft, slo
 from lookahead_sdk.bench.report import RENDERERS, RUNS_RENDERERS, run_report
-from lookahead_sdk.bench.report_scheduling import decode_slack_table, tokens_within
-from lookahead_sdk.scheduling.latency_model import LatencyModel, LatencyProfile
 from lookahead_sdk.bench.report_scheduling import (
+    decode_slack_table,
     estimator_table,
     gpu_calibration_table,
     sim_ttft_table,
@@ -24,8 +23,9 @@ from lookahead_sdk.bench.report_scheduling import (
     slo_loads_table,
     slo_targets_table,
     slo_verdict,
+    tokens_within,
 )
-from lookahead_sdk.scheduling.latency_model import PROFILE_SCHEMA
+from lookahead_sdk.scheduling.latency_model import PROFILE_SCHEMA, LatencyModel, LatencyProfile
 from lookahead_sdk.scheduling.measurements import MEASUREMENTS_SCHEMA
 
 ROOT = Path(__file__).resolve().parents[2]
