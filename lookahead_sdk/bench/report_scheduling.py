@@ -17,7 +17,7 @@ batches with the latency model alone.
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -498,7 +498,7 @@ DECODE_SLACK_EXTRA = (1, 16, 64, 127)  # prompt tokens computed in the same batc
 DECODE_SLACK_BUDGET = 1.25  # "rides along" = the batch takes at most this times the decode step
 
 
-def tokens_within(gemm_ms: Any, budget: float, limit: int = 8191) -> int:
+def tokens_within(gemm_ms: Callable[[float], float], budget: float, limit: int = 8191) -> int:
     """The most prompt tokens a one-token decode batch takes on while its GEMM time stays within
     `budget` x the decode step's (the table is non-decreasing, so a binary search)."""
     ceiling = budget * gemm_ms(1)
@@ -542,18 +542,16 @@ def decode_slack_table(runs: Runs) -> str:
 
 def _measured_on(metadata: Document) -> str:
     """Where a profile's batches were timed: the provenance stamp `calibrate --measure-embedded`
-    records (commit, CPU), else what the metadata says of the hardware, else '-'."""
+    records (commit, CPU) and its engine threads, else the device the metadata names, else '-'."""
     stamp = metadata.get("provenance")
     threads = metadata.get("threads")
+    parts = []
     if isinstance(stamp, dict):
         machine = stamp.get("machine") or {}
-        where = f"{machine.get('cpus', '?')} CPUs ({machine.get('cpu_model', '?')})"
-        if threads is not None:
-            where += f", {threads} engine thread{'s' if threads != 1 else ''}"
-        return f"`{str(stamp.get('commit') or '?')[:10]}`, {where}"
+        parts.append(f"`{str(stamp.get('commit') or '?')[:10]}`")
+        parts.append(f"{machine.get('cpus', '?')} CPUs ({machine.get('cpu_model', '?')})")
     if threads is not None:
-        return f"{threads} engine thread{'s' if threads != 1 else ''}"
-    for key in ("gpu", "device", "hardware"):
-        if isinstance(metadata.get(key), str):
-            return str(metadata[key])
-    return "-"
+        parts.append(f"{threads} engine thread{'s' if threads != 1 else ''}")
+    if not parts and isinstance(metadata.get("device"), str):
+        parts.append(metadata["device"])
+    return ", ".join(parts) or "-"

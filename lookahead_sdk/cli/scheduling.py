@@ -20,7 +20,7 @@ from lookahead_sdk.base.args import (
     port,
     positive_int,
 )
-from lookahead_sdk.bench.common import compact_table
+from lookahead_sdk.bench.common import compact_table, provenance
 from lookahead_sdk.scheduling.latency_model import save_profile
 from lookahead_sdk.scheduling.measurements import (
     MeasurementSet,
@@ -136,8 +136,6 @@ def _measurements(args: argparse.Namespace, console: Console) -> MeasurementSet:
     )
 
     plan = EmbeddedMeasurementPlan(new_tokens=args.new_tokens, passes=args.passes)
-    from lookahead_sdk.bench.common import provenance
-
     measured = measure_on_embedded_engine(plan, port=args.port, threads=args.engine_threads)
     # Where these batches were timed (commit, build, machine, command): the measurements' and
     # the fitted profile's metadata carry it.
