@@ -78,7 +78,7 @@ def main() -> None:
         run_ttft_bench(
             config,
             on_turn=print_turn,
-            on_run=lambda strategy, mode: print(f"=== {strategy} {mode}", flush=True),
+            on_run=lambda strategy, mode, repeat: print(f"=== {strategy} {mode}", flush=True),
         )
     )
 
