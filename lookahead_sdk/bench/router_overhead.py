@@ -3,7 +3,8 @@ and the router run as their own processes (`sim serve`, `router serve`, as deplo
 streams, each an agent program, alternate requests sent directly to the engine and through the
 router, so both arms see the same engine load. TTFT is the time to the first body bytes of the
 streamed answer; the figure is the router's TTFT percentile minus the direct one (target: p50
-<= 2 ms, p99 <= 10 ms)."""
+<= 2 ms, p99 <= 10 ms). `rounds` repeats the whole measurement against the same two processes:
+the target is met only when every round meets it (the worst round is the headline)."""
 
 from __future__ import annotations
 
@@ -38,9 +39,10 @@ class OverheadSettings:
     time_scale: float = 1.0  # real time: an H100-like engine
     kv_tokens: int = 400_000
     policy: str = "thunder"
+    rounds: int = 1
 
     def __post_init__(self) -> None:
-        for name in ("streams", "requests_per_stream", "prompt_words", "max_tokens"):
+        for name in ("streams", "requests_per_stream", "prompt_words", "max_tokens", "rounds"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
 
@@ -89,9 +91,8 @@ async def _ttft_s(client: httpx.AsyncClient, url: str, body: dict[str, Any]) -> 
 
 
 async def _stream(
-    index: int, direct: str, router: str, settings: OverheadSettings
+    program_id: str, index: int, direct: str, router: str, settings: OverheadSettings
 ) -> tuple[list[float], list[float]]:
-    program_id = f"bench-overhead-{index}"
     direct_s: list[float] = []
     routed_s: list[float] = []
     async with httpx.AsyncClient(timeout=120) as client:
@@ -114,27 +115,54 @@ async def _stream(
     return direct_s, routed_s
 
 
-async def _measure(direct: str, router: str, settings: OverheadSettings) -> dict[str, Any]:
+def _summary(values: list[float]) -> dict[str, float]:
+    return {
+        "p50_ms": round(percentile(values, 50), 3),
+        "p99_ms": round(percentile(values, 99), 3),
+        "mean_ms": round(statistics.fmean(values), 3),
+    }
+
+
+async def _measure_round(
+    round_index: int, direct: str, router: str, settings: OverheadSettings
+) -> tuple[list[float], list[float]]:
+    """Every stream's direct and routed TTFTs (ms), pooled over the streams."""
     results = await asyncio.gather(
-        *(_stream(i, direct, router, settings) for i in range(settings.streams))
+        *(
+            _stream(f"bench-overhead-r{round_index}-{i}", i, direct, router, settings)
+            for i in range(settings.streams)
+        )
     )
     direct_ms = [s * 1000 for d, _ in results for s in d]
     routed_ms = [s * 1000 for _, r in results for s in r]
+    return direct_ms, routed_ms
 
-    def summary(values: list[float]) -> dict[str, float]:
-        return {
-            "p50_ms": round(percentile(values, 50), 3),
-            "p99_ms": round(percentile(values, 99), 3),
-            "mean_ms": round(statistics.fmean(values), 3),
-        }
 
-    direct_summary, routed_summary = summary(direct_ms), summary(routed_ms)
-    p50 = round(routed_summary["p50_ms"] - direct_summary["p50_ms"], 3)
-    p99 = round(routed_summary["p99_ms"] - direct_summary["p99_ms"], 3)
+async def _measure(direct: str, router: str, settings: OverheadSettings) -> dict[str, Any]:
+    rounds: list[dict[str, Any]] = []
+    all_direct: list[float] = []
+    all_routed: list[float] = []
+    for round_index in range(settings.rounds):
+        direct_ms, routed_ms = await _measure_round(round_index, direct, router, settings)
+        all_direct += direct_ms
+        all_routed += routed_ms
+        direct_summary, routed_summary = _summary(direct_ms), _summary(routed_ms)
+        rounds.append(
+            {
+                "direct": direct_summary,
+                "router": routed_summary,
+                "overhead_p50_ms": round(routed_summary["p50_ms"] - direct_summary["p50_ms"], 3),
+                "overhead_p99_ms": round(routed_summary["p99_ms"] - direct_summary["p99_ms"], 3),
+            }
+        )
+    # Met per round, not pooled: the headline is the worst round.
+    p50 = max(r["overhead_p50_ms"] for r in rounds)
+    p99 = max(r["overhead_p99_ms"] for r in rounds)
     return {
-        "samples_per_arm": len(direct_ms),
-        "direct": direct_summary,
-        "router": routed_summary,
+        "samples_per_arm": len(all_direct),
+        "direct": _summary(all_direct),
+        "router": _summary(all_routed),
+        "rounds": rounds,
         "overhead_p50_ms": p50,
         "overhead_p99_ms": p99,
         "targets": {
@@ -161,7 +189,8 @@ def run_overhead(settings: OverheadSettings, json_path: str | None = None) -> di
         "setup": (
             "one `sim serve` engine (h100-qwen3-8b profile, model timing) and one `router serve` "
             f"({settings.policy}) as separate processes on this machine; {settings.streams} "
-            "concurrent streams, each a program alternating direct and routed requests"
+            "concurrent streams, each a program alternating direct and routed requests; "
+            f"{settings.rounds} round(s) against the same processes, the figures the worst round's"
         ),
         "wall_s": round(time.perf_counter() - started, 1),
         # Other work on the machine competes with the three processes: record how much.
@@ -182,6 +211,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--requests-per-stream", type=positive_int, default=defaults.requests_per_stream
     )
     group.add_argument("--time-scale", type=positive_float, default=defaults.time_scale)
+    group.add_argument(
+        "--rounds", type=positive_int, default=defaults.rounds,
+        help="whole measurements in a row against the same processes; the target is met only "
+        "when every round meets it",
+    )  # fmt: skip
 
 
 def main(args: argparse.Namespace) -> int:
@@ -189,12 +223,17 @@ def main(args: argparse.Namespace) -> int:
         streams=args.streams,
         requests_per_stream=args.requests_per_stream,
         time_scale=args.time_scale,
+        rounds=args.rounds,
     )
     document = run_overhead(settings, args.json)
+    for index, measured in enumerate(document["rounds"]):
+        print(
+            f"round {index}: router overhead at {settings.streams} streams: TTFT p50 "
+            f"+{measured['overhead_p50_ms']} ms, p99 +{measured['overhead_p99_ms']} ms (direct "
+            f"p50 {measured['direct']['p50_ms']} ms, p99 {measured['direct']['p99_ms']} ms)"
+        )
     print(
-        f"router overhead at {settings.streams} streams ({document['samples_per_arm']} requests "
-        f"per arm): TTFT p50 +{document['overhead_p50_ms']} ms, p99 "
-        f"+{document['overhead_p99_ms']} ms (direct p50 {document['direct']['p50_ms']} ms, "
-        f"p99 {document['direct']['p99_ms']} ms)"
+        f"worst of {settings.rounds} round(s), {document['samples_per_arm']} requests per arm: "
+        f"TTFT p50 +{document['overhead_p50_ms']} ms, p99 +{document['overhead_p99_ms']} ms"
     )
     return 0

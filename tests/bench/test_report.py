@@ -35,8 +35,11 @@ def test_an_edited_table_is_found_and_regenerated(tmp_path: Path) -> None:
     assert stale.name == "router-overhead" and "hand-typed" in page.read_text()
     run_report(tmp_path)
     text = page.read_text()
-    overhead = json.loads(source.read_text())["overhead_p50_ms"]
+    document = json.loads(source.read_text())
+    overhead = document["overhead_p50_ms"]
     assert "hand-typed" not in text and f"+{overhead:.1f}" in text
+    for measured in document.get("rounds", []):  # every round has its row
+        assert f"+{measured['overhead_p50_ms']:.1f} / +{measured['overhead_p99_ms']:.1f}" in text
     assert text.startswith("Before.") and text.endswith("After.\n")
     assert run_report(tmp_path, check=True) == []
 
