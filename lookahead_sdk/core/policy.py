@@ -144,6 +144,15 @@ class ContextPolicy(ABC):
     def should_lookahead(self, main: MainState, lookahead: LookaheadState) -> bool:
         return False
 
+    def rewrites_suffix(self, assembled: MainState) -> bool:
+        """Asked at a hit, of the result joined with the messages that arrived since its
+        snapshot: True when the synchronous transform of that context would still rewrite some
+        of those messages (Offload: a large output that is no longer the newest). The runtime
+        then transforms the assembled context once more; the result's part is already
+        transformed and stays as it is, so the commit is the one a synchronous run makes.
+        False (the default): the suffix is committed as it arrived."""
+        return False
+
     @abstractmethod
     async def transform(
         self, messages: Sequence[Message], ctx: TransformContext
@@ -249,6 +258,11 @@ class Pipeline(ContextPolicy):
 
     def keeps_live_prefix(self, main: MainState, lookahead: LookaheadState) -> bool:
         return all(stage.keeps_live_prefix(main, lookahead) for stage in self.stages)
+
+    def rewrites_suffix(self, assembled: MainState) -> bool:
+        # Transforming the assembled context again runs every stage: a later stage would
+        # summarize or trim a second time, so only a one-stage pipeline asks its stage.
+        return len(self.stages) == 1 and self.stages[0].rewrites_suffix(assembled)
 
     @property
     def decides_commit_ahead(self) -> bool:

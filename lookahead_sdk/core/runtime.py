@@ -61,6 +61,7 @@ log = logging.getLogger(__name__)
 STATE_FORMAT_VERSION = 1
 NO_WARMER = Warmer()  # every hook a no-op: the runtime without a warmer calls these
 RESIZED_SMALLER = "resized: less growth than expected"
+RESIZED_SUFFIX = "resized: the suffix holds what the transform rewrites"
 
 
 # A result redone to the synchronous size must be ready before the commit with this margin over
@@ -357,22 +358,33 @@ class LookaheadRuntime:
             # Up to a turn more or less than a synchronous commit keeps is committed as it is.
             misfit = self._growth_misfit(at_commit=True)
             slack = self._one_turn_tokens()
-            overflow = self._target.transforms_overflow() and self._still_over_limit(messages)
-            if overflow or misfit > slack:
+            assembled = self._probe(messages)
+            overflow = self._target.transforms_overflow() and self.policy.should_commit(
+                assembled, LookaheadState()
+            )
+            rewrite = self._target.transforms_overflow() and self.policy.rewrites_suffix(assembled)
+            if overflow or rewrite or misfit > slack:
                 # The suffix that arrived since the snapshot kept the context over the limit,
-                # or larger than a synchronous commit leaves: the assembled context is
-                # transformed once more (the result's prefix is kept up to what it drops).
+                # holds what a synchronous commit rewrites, or is larger than a synchronous
+                # commit leaves: the assembled context is transformed once more (the result's
+                # prefix is kept up to what it drops).
                 messages, elapsed, tokens = await self._transform_now(messages)
                 self.stats.overflow_transforms += overflow
                 self.stats.resized_commits += not overflow
+                if overflow:
+                    reason = "overflow"
+                elif misfit > slack:
+                    reason = "resized: more growth than expected"
+                else:
+                    reason = RESIZED_SUFFIX
                 outcome = replace(
                     outcome,
                     messages=messages,
-                    reason="overflow" if overflow else "resized: more growth than expected",
+                    reason=reason,
                     transform_s=elapsed,
                     transform_prompt_tokens=tokens,
                 )
-            if misfit >= -slack or overflow:
+            if misfit >= -slack or overflow or rewrite:
                 return await self._finish_commit(outcome)
             # Committed sooner than the result was sized for: it dropped turns a synchronous
             # commit keeps. They go back in, between the result's head (and summary) and the
@@ -407,11 +419,11 @@ class LookaheadRuntime:
             )
         )
 
-    def _still_over_limit(self, messages: list[Message]) -> bool:
-        probe = MainState(
+    def _probe(self, messages: list[Message]) -> MainState:
+        """`messages` as a history of this runtime's window, for asking the policy about it."""
+        return MainState(
             messages, window_tokens=self.main.window_tokens, token_counter=self.main.token_counter
         )
-        return self.policy.should_commit(probe, LookaheadState())
 
     async def _transform_now(self, messages: Sequence[Message]) -> tuple[list[Message], float, int]:
         """The synchronous transform, on the critical path, tagged latency-critical. Bounded by

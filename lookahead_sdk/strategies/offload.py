@@ -114,6 +114,12 @@ class Offload(LimitTriggered):
             main, keep_newest=False
         )
 
+    def rewrites_suffix(self, assembled: MainState) -> bool:
+        # A redo not ready by the boundary that brought the next output leaves that output whole
+        # in the suffix; the synchronous commit offloads it (four agents: one commit 183 tokens
+        # larger, which crossed the limit a turn early and made one commit more).
+        return self._offloadable(assembled, keep_newest=True)
+
     def keeps_live_prefix(self, main: MainState, lookahead: LookaheadState) -> bool:
         # Past the trigger with every large output already offloaded, the next lookahead starts
         # at the next large output and keeps everything before it.
