@@ -19,6 +19,7 @@ from lookahead_sdk.agent.workload import (
     MAIN_SYSTEM_PROMPT,
     CodeAnalysisWorkload,
     Delegation,
+    Step,
     default_read_tokens,
     workload_tools,
 )
@@ -208,6 +209,20 @@ def make_policy(
     raise ValueError(f"strategy must be one of {STRATEGIES}, got {strategy!r}")
 
 
+async def warm_client_stack(base_url: str, *, model: str, warmer: str = "openai") -> None:
+    """One untimed one-token request through the client stack the agents use: the first request
+    of a process builds the OpenAI client's request and response models (tens of ms), which
+    would otherwise land on whichever run goes first. Flush the server's cache afterwards."""
+    session = await ServerSession.connect(
+        base_url, wire="llamacpp" if warmer == "llamacpp" else "openai"
+    )
+    llm = Endpoint.from_session(session, model=model, emulate_tool_calls=False).chat_client(None)
+    try:
+        await llm.chat([{"role": "user", "content": "ready?"}], max_tokens=1)
+    finally:
+        await llm.aclose()
+
+
 async def run_agents(
     base_url: str,
     *,
@@ -255,10 +270,9 @@ async def run_agents(
     )
     result = RunResult()
     loop = asyncio.get_running_loop()
-    started = loop.time()
     with tempfile.TemporaryDirectory(prefix="lookahead-offload-") as store_dir:
 
-        async def one_agent(index: int) -> AgentRun:
+        def build_agent(index: int) -> tuple[ReferenceAgent, str, list[Step]]:
             workload = CodeAnalysisWorkload(
                 seed=seed + index,
                 steps=steps,
@@ -283,9 +297,18 @@ async def run_agents(
                 max_tokens=max_tokens,
                 on_turn=on_turn,
             )
-            async with program(f"{strategy}-{mode}-a{index}-s{seed}", release_to=()):
-                return await agent.run(MAIN_SYSTEM_PROMPT, workload.task(), plan=plan)
+            return agent, workload.task(), list(plan)
 
+        # The workloads' plans size every read with the token counter (many server calls):
+        # build them before the clock starts, so no agent's first turn waits behind the others'.
+        built = [build_agent(index) for index in range(agents)]
+
+        async def one_agent(index: int) -> AgentRun:
+            agent, task, plan = built[index]
+            async with program(f"{strategy}-{mode}-a{index}-s{seed}", release_to=()):
+                return await agent.run(MAIN_SYSTEM_PROMPT, task, plan=plan)
+
+        started = loop.time()
         try:
             runs = await asyncio.gather(*(one_agent(i) for i in range(agents)))
             for run in runs:

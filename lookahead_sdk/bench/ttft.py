@@ -23,7 +23,7 @@ import httpx
 from rich.console import Console
 from rich.table import Table
 
-from lookahead_sdk.agent.driver import STRATEGIES, RunResult, run_agents
+from lookahead_sdk.agent.driver import STRATEGIES, RunResult, run_agents, warm_client_stack
 from lookahead_sdk.agent.loop import TurnRecord
 from lookahead_sdk.agent.workload import DEFAULT_LARGE_OUTPUT_EVERY, default_read_tokens
 from lookahead_sdk.base.args import (
@@ -151,6 +151,10 @@ class EmbeddedEngine:
         self.handle = ensure_engine(self.config)
         return self.handle.base_url
 
+    def clear_cache(self) -> None:
+        if self.handle is not None:
+            erase_llamacpp_slots(self.handle.base_url)
+
     def stop(self) -> None:
         from lookahead_sdk.engine.server import stop_engine
 
@@ -201,6 +205,10 @@ class SimulatedEngine:
         else:
             self.server.flush()
         return self.server.base_url
+
+    def clear_cache(self) -> None:
+        if self.server is not None:
+            self.server.flush()
 
     def stop(self) -> None:
         if self.server is not None:
@@ -293,7 +301,10 @@ async def run_ttft_bench(
             "machine": f"{platform.machine()}, {__import__('os').cpu_count()} CPUs",
             "strategies": {},
         }
-        fresh = True  # the engine (re)started for this run: a clean cache
+        await warm_client_stack(base_url, model=facts["model"], warmer=warmer)
+        if engine is not None:
+            engine.clear_cache()
+        fresh = True  # the engine's cache holds nothing of a run yet
         for strategy in config.strategies:
             done: dict[str, list[RunResult]] = {mode: [] for mode in config.modes}
             for repeat, mode in config.run_order():

@@ -66,6 +66,11 @@ def test_an_engine_dying_mid_run_ends_the_command_in_one_line(
     )
     monkeypatch.setattr(ttft, "run_agents", engine_dies)
 
+    async def no_warm_up(*args: Any, **kwargs: Any) -> None:
+        return None
+
+    monkeypatch.setattr(ttft, "warm_client_stack", no_warm_up)
+
     argv = [*COMMANDS[command](tmp_path), "--port", str(free_port), "--strategies", "keep_recent"]
     assert cli.main(argv) == 1
     errors = capsys.readouterr().err.strip().splitlines()

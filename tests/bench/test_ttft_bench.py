@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import json
 import math
+import time
 from pathlib import Path
 
 import pytest
@@ -150,3 +151,49 @@ def test_bench_ttft_runs_the_same_workload_on_the_simulator() -> None:
         assert min(pooled["wall_s_each"]) > 0
     with pytest.raises(ValueError, match="base_url and sim_profile"):
         TtftBenchConfig(base_url="http://127.0.0.1:1", sim_profile="h200-qwen3-8b")
+
+
+def test_no_agent_turn_waits_behind_another_agents_workload_setup(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Building a workload's plan sizes every read with the token counter (blocking server
+    calls): all plans are built before the clock starts, so no first turn is measured behind
+    another agent's setup; the client stack is warmed (and the cache cleared) before run one."""
+    from lookahead_sdk.agent import driver
+    from lookahead_sdk.agent.workload import CodeAnalysisWorkload
+
+    events: list[tuple[str, float]] = []
+    read_plan = CodeAnalysisWorkload.read_plan
+
+    def timed_read_plan(self: CodeAnalysisWorkload) -> list:
+        plan = read_plan(self)
+        events.append(("plan", time.perf_counter()))
+        return plan
+
+    warm = driver.warm_client_stack
+
+    async def recorded_warm(*args: object, **kwargs: object) -> None:
+        events.append(("warm", time.perf_counter()))
+        await warm(*args, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(CodeAnalysisWorkload, "read_plan", timed_read_plan)
+    monkeypatch.setattr("lookahead_sdk.bench.ttft.warm_client_stack", recorded_warm)
+    config = TtftBenchConfig(
+        agents=3,
+        sim_profile="h200-qwen3-8b",
+        strategies=("keep_recent",),
+        modes=("sync",),
+        steps=3,
+        window_tokens=2048,
+        tool_output_tokens=(100, 120),
+        tool_latency_s=0.1,
+        max_tokens=4,
+    )
+    turns: list[TurnRecord] = []
+    document = asyncio.run(run_ttft_bench(config, on_turn=turns.append))
+
+    assert [kind for kind, _ in events] == ["warm", "plan", "plan", "plan"]
+    first_turn = min(turn.started_at for turn in turns)
+    assert max(at for kind, at in events if kind == "plan") < first_turn
+    run_ = document["strategies"]["keep_recent"]["sync"]
+    assert len(run_["normal_ttft_s"]) + run_["transform_turns"] == len(turns) == 9
