@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import resource
 import tempfile
 import time
 from collections.abc import Callable, Sequence
@@ -105,6 +106,9 @@ class RunResult:
     reply_decode_s: float = 0.0
     gate_wait_s: float = 0.0  # best-effort work held back by the slack gate, summed
     background_yields: float = 0  # background LLM replies stopped for a foreground request
+    # CPU seconds the client process (the agents, the SDK, its HTTP clients) used over the run:
+    # on a machine the engine shares, the lookahead's own bookkeeping competes with the engine.
+    client_cpu_s: float = 0.0
     # Runs pooled into this record (`pooled`): how many, and each one's wall time.
     repeats: int = 1
     wall_s_each: list[float] = field(default_factory=list)
@@ -130,6 +134,7 @@ class RunResult:
         merged.gate_wait_s = sum(run.gate_wait_s for run in runs) / count
         merged.reply_decode_s = sum(run.reply_decode_s for run in runs) / count
         merged.background_yields = sum(run.background_yields for run in runs) / count
+        merged.client_cpu_s = sum(run.client_cpu_s for run in runs) / count
         return merged
 
     def add(self, run: AgentRun) -> None:
@@ -180,6 +185,12 @@ class RunResult:
 
     def to_json(self) -> dict:
         return asdict(self)
+
+
+def process_cpu_s() -> float:
+    """CPU seconds (user and system) this process has used, all its threads."""
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    return usage.ru_utime + usage.ru_stime
 
 
 def handover_from_history(plan: Sequence[Delegation]) -> Callable[[Sequence[Message]], str]:
@@ -308,7 +319,7 @@ async def run_agents(
             async with program(f"{strategy}-{mode}-a{index}-s{seed}", release_to=()):
                 return await agent.run(MAIN_SYSTEM_PROMPT, task, plan=plan)
 
-        started = loop.time()
+        started, cpu_started = loop.time(), process_cpu_s()
         try:
             runs = await asyncio.gather(*(one_agent(i) for i in range(agents)))
             for run in runs:
@@ -325,6 +336,7 @@ async def run_agents(
             if warm is not None:
                 await warm.aclose()
     result.wall_s = loop.time() - started
+    result.client_cpu_s = process_cpu_s() - cpu_started
     return result
 
 

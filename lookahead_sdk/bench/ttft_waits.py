@@ -38,7 +38,8 @@ WAITS_LEGEND = (
     "reply decodes slower by about as much; '-': not measured in that run); yields: "
     "background LLM replies stopped when a foreground request arrived and continued later; "
     "gate: seconds best-effort work waited for slack; decode: seconds the foreground "
-    "replies spent decoding (first token to end) per run, sync -> lookahead."
+    "replies spent decoding (first token to end) per run, sync -> lookahead; client CPU: CPU "
+    "seconds the client process used per run, sync -> lookahead."
 )
 
 
@@ -65,7 +66,14 @@ def waits_tables(runs: Runs, *, name: str = "strategy") -> list[Table]:
     background = compact_table(
         "Background requests (lookahead runs, per run): n / s run / s during a foreground wait"
         " / s beside a decoding reply",
-        (name, *(label for _, label in BACKGROUND_COLUMNS), "yields", "gate s", "decode s s->l"),
+        (
+            name,
+            *(label for _, label in BACKGROUND_COLUMNS),
+            "yields",
+            "gate s",
+            "decode s s->l",
+            "client CPU s s->l",
+        ),
     )
     for run_name, by_mode in runs.items():
         for kind, letter, ttft_key in TURN_KINDS:
@@ -88,12 +96,13 @@ def waits_tables(runs: Runs, *, name: str = "strategy") -> list[Table]:
             _count(look.get("background_yields")),
             "-" if gate_wait_s is None else f"{gate_wait_s:.1f}",
             _decode(by_mode["sync"].get("reply_decode_s"), look.get("reply_decode_s")),
+            _decode(by_mode["sync"].get("client_cpu_s"), look.get("client_cpu_s")),
         )
     return [waits, background]
 
 
 def _decode(sync_s: float | None, look_s: float | None) -> str:
-    """Foreground replies' decoding per run, sync -> lookahead ('-': not measured then)."""
+    """Seconds per run, sync -> lookahead ('-': not measured then)."""
     if sync_s is None or look_s is None:
         return "-"
     return f"{sync_s:.0f}->{look_s:.0f}"

@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import json
 import math
+import os
 import time
 from pathlib import Path
 
@@ -149,6 +150,8 @@ def test_bench_ttft_runs_the_same_workload_on_the_simulator() -> None:
         assert pooled["repeats"] == 2 and len(pooled["wall_s_each"]) == 2
         assert pooled["wall_s"] == pytest.approx(sum(pooled["wall_s_each"]) / 2)
         assert min(pooled["wall_s_each"]) > 0
+        # The client's own CPU per run: some, and no more than the wall time on every CPU.
+        assert 0 < pooled["client_cpu_s"] < pooled["wall_s"] * (os.cpu_count() or 1)
     with pytest.raises(ValueError, match="base_url and sim_profile"):
         TtftBenchConfig(base_url="http://127.0.0.1:1", sim_profile="h200-qwen3-8b")
 
