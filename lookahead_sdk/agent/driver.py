@@ -223,7 +223,7 @@ def make_policy(
 async def warm_client_stack(base_url: str, *, model: str, warmer: str = "openai") -> None:
     """One untimed one-token request through the client stack the agents use: the first request
     of a process builds the OpenAI client's request and response models (tens of ms), which
-    would otherwise land on whichever run goes first. Flush the server's cache afterwards."""
+    would otherwise land on whichever run goes first. The caller clears the server's cache after."""
     session = await ServerSession.connect(
         base_url, wire="llamacpp" if warmer == "llamacpp" else "openai"
     )

@@ -95,13 +95,15 @@ def waits_tables(runs: Runs, *, name: str = "strategy") -> list[Table]:
             *(_load(look["background"].get(kind)) for kind, _ in BACKGROUND_COLUMNS),
             _count(look.get("background_yields")),
             "-" if gate_wait_s is None else f"{gate_wait_s:.1f}",
-            _decode(by_mode["sync"].get("reply_decode_s"), look.get("reply_decode_s")),
-            _decode(by_mode["sync"].get("client_cpu_s"), look.get("client_cpu_s"), decimals=1),
+            _sync_to_lookahead(by_mode["sync"].get("reply_decode_s"), look.get("reply_decode_s")),
+            _sync_to_lookahead(
+                by_mode["sync"].get("client_cpu_s"), look.get("client_cpu_s"), decimals=1
+            ),
         )
     return [waits, background]
 
 
-def _decode(sync_s: float | None, look_s: float | None, *, decimals: int = 0) -> str:
+def _sync_to_lookahead(sync_s: float | None, look_s: float | None, *, decimals: int = 0) -> str:
     """Seconds per run, sync -> lookahead ('-': not measured then)."""
     if sync_s is None or look_s is None:
         return "-"

@@ -9,6 +9,7 @@ import math
 import os
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -118,21 +119,23 @@ def test_bench_ttft_document_on_the_embedded_engine(embedded_engine, tmp_path: P
     print_table(document)
 
 
+def short_sim_config(**fields: Any) -> TtftBenchConfig:
+    """A short keep_recent run on the simulated H200: a 2K window and ~110-token reads."""
+    return TtftBenchConfig(
+        sim_profile="h200-qwen3-8b",
+        strategies=("keep_recent",),
+        window_tokens=2048,
+        tool_output_tokens=(100, 120),
+        max_tokens=4,
+        **fields,
+    )
+
+
 def test_bench_ttft_runs_the_same_workload_on_the_simulator() -> None:
     """--sim: the simulator started as a child, its cache flushed between runs, the window the
     embedded engine's unless given, the SGLang warmer; both modes of a strategy commit alike.
     --repeats 2: the modes run in ABBA order and each mode's record pools its two runs."""
-    config = TtftBenchConfig(
-        repeats=2,
-        sim_profile="h200-qwen3-8b",
-        strategies=("keep_recent",),
-        steps=9,
-        window_tokens=2048,
-        tool_output_tokens=(100, 120),
-        large_output_every=0,
-        tool_latency_s=0.2,
-        max_tokens=4,
-    )
+    config = short_sim_config(repeats=2, steps=9, large_output_every=0, tool_latency_s=0.2)
     order: list[tuple[str, int]] = []
     document = asyncio.run(
         run_ttft_bench(config, on_run=lambda strategy, mode, repeat: order.append((mode, repeat)))
@@ -181,17 +184,7 @@ def test_no_agent_turn_waits_behind_another_agents_workload_setup(
 
     monkeypatch.setattr(CodeAnalysisWorkload, "read_plan", timed_read_plan)
     monkeypatch.setattr("lookahead_sdk.bench.ttft.warm_client_stack", recorded_warm)
-    config = TtftBenchConfig(
-        agents=3,
-        sim_profile="h200-qwen3-8b",
-        strategies=("keep_recent",),
-        modes=("sync",),
-        steps=3,
-        window_tokens=2048,
-        tool_output_tokens=(100, 120),
-        tool_latency_s=0.1,
-        max_tokens=4,
-    )
+    config = short_sim_config(agents=3, modes=("sync",), steps=3, tool_latency_s=0.1)
     turns: list[TurnRecord] = []
     document = asyncio.run(run_ttft_bench(config, on_turn=turns.append))
 
