@@ -15,6 +15,7 @@ import httpx
 from openai import AsyncOpenAI
 
 from lookahead_sdk.agent.loop import AgentRun, ReferenceAgent, TurnRecord
+from lookahead_sdk.agent.run_trace import RunTrace
 from lookahead_sdk.agent.workload import (
     DEFAULT_LARGE_OUTPUT_EVERY,
     MAIN_SYSTEM_PROMPT,
@@ -253,10 +254,12 @@ async def run_agents(
     tool_latency_s: float = 0.0,
     tool_output_tokens: tuple[int, int] | None = None,
     large_output_every: int = DEFAULT_LARGE_OUTPUT_EVERY,
+    on_trace: Callable[[RunTrace], None] | None = None,
 ) -> RunResult:
     """`agents` concurrent agents (seeds seed..seed+agents-1), each its own program. Reads are
     `tool_output_tokens` long (default: scaled to `window_tokens`, see `default_read_tokens`).
-    `slack_admit` is the client-side gate's rule (`SlackGate`), used with the llama.cpp warmer."""
+    `slack_admit` is the client-side gate's rule (`SlackGate`), used with the llama.cpp warmer.
+    `on_trace` gets the run's turns and requests once it completes."""
     if agents < 1:
         raise ValueError(f"agents must be >= 1, got {agents}")
     read_tokens = tool_output_tokens or default_read_tokens(window_tokens)
@@ -320,15 +323,19 @@ async def run_agents(
                 return await agent.run(MAIN_SYSTEM_PROMPT, task, plan=plan)
 
         started, cpu_started = loop.time(), process_cpu_s()
+        trace_started = time.perf_counter()
         try:
             runs = await asyncio.gather(*(one_agent(i) for i in range(agents)))
             for run in runs:
                 result.add(run)
-            result.add_wait_breakdown(
+            turns, requests, ended = (
                 [turn for run in runs for turn in run.turns],
                 session.timeline.entries,
                 time.perf_counter(),
             )
+            result.add_wait_breakdown(turns, requests, ended)
+            if on_trace is not None:
+                on_trace(RunTrace(turns, requests, trace_started, ended))
             result.gate_wait_s = gate.waited_s if gate is not None else 0.0
             result.background_yields = llm.yields
         finally:

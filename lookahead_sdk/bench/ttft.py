@@ -16,6 +16,7 @@ import math
 import platform
 from collections.abc import Callable
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -25,6 +26,7 @@ from rich.table import Table
 
 from lookahead_sdk.agent.driver import STRATEGIES, RunResult, run_agents, warm_client_stack
 from lookahead_sdk.agent.loop import TurnRecord
+from lookahead_sdk.agent.run_trace import RunTrace
 from lookahead_sdk.agent.workload import DEFAULT_LARGE_OUTPUT_EVERY, default_read_tokens
 from lookahead_sdk.base.args import (
     add_renamed,
@@ -261,7 +263,11 @@ async def run_ttft_bench(
     config: TtftBenchConfig,
     on_turn: Callable[[TurnRecord], None] | None = None,
     on_run: Callable[[str, str, int], None] | None = None,
+    on_trace: Callable[[str, str, int, RunTrace], None] | None = None,
 ) -> dict[str, Any]:
+    """Every strategy in both modes (`config.run_order`); `on_run(strategy, mode, repeat)` as
+    each run starts, `on_turn` per model turn, `on_trace(strategy, mode, repeat, trace)` as each
+    run ends. Returns the result document (`RunResult.pooled` per strategy and mode)."""
     engine: EmbeddedEngine | SimulatedEngine | None = None
     if config.sim_profile is not None:
         engine = SimulatedEngine(config.sim_profile, config.sim_kv_tokens, config.max_tokens)
@@ -332,6 +338,9 @@ async def run_ttft_bench(
                         tool_output_tokens=config.tool_output_tokens,
                         large_output_every=config.large_output_every,
                         slack_admit=config.gate,
+                        on_trace=(
+                            None if on_trace is None else partial(on_trace, strategy, mode, repeat)
+                        ),
                     )
                 )
             document["strategies"][strategy] = {
@@ -537,7 +546,16 @@ def plot(document: dict[str, Any], path: str | Path) -> Path:
     return save_figure(figure, path)
 
 
-async def run_with_progress(config: TtftBenchConfig) -> dict[str, Any]:
+async def run_with_progress(
+    config: TtftBenchConfig, traces: list[dict[str, Any]] | None = None
+) -> dict[str, Any]:
+    """`traces`: each run's trace is appended to it (`RunTrace.to_json`, with its strategy,
+    mode and repeat)."""
+
+    def on_trace(strategy: str, mode: str, repeat: int, trace: RunTrace) -> None:
+        if traces is not None:
+            traces.append({"strategy": strategy, "mode": mode, "repeat": repeat, **trace.to_json()})
+
     with progress() as bar:
         task = bar.add_task("starting", total=None)
 
@@ -548,7 +566,7 @@ async def run_with_progress(config: TtftBenchConfig) -> dict[str, Any]:
         def on_turn(turn: TurnRecord) -> None:
             bar.advance(task)
 
-        return await run_ttft_bench(config, on_turn=on_turn, on_run=on_run)
+        return await run_ttft_bench(config, on_turn=on_turn, on_run=on_run, on_trace=on_trace)
 
 
 def main(args: argparse.Namespace) -> int:
@@ -572,8 +590,11 @@ def main(args: argparse.Namespace) -> int:
         gate=args.gate,
         repeats=args.repeats,
     )
-    document = asyncio.run(run_with_progress(config))
+    traces: list[dict[str, Any]] | None = [] if args.trace else None
+    document = asyncio.run(run_with_progress(config, traces))
     write_json(args.json, document)
+    if args.trace:
+        write_json(args.trace, {"runs": traces})
     if args.plot:
         plot(document, args.plot)
     print_table(document)
@@ -636,6 +657,13 @@ def register(bench_subparsers: argparse._SubParsersAction) -> None:
     )
     parser.add_argument("--json", type=output_file, required=True, metavar="PATH")
     parser.add_argument("--plot", type=output_file, metavar="PATH")
+    parser.add_argument(
+        "--trace",
+        type=output_file,
+        metavar="PATH",
+        help="also write every run's turns (each TTFT split by cause) and requests, on one "
+        "clock, to this JSON file: to read where one slow turn's time went",
+    )
     parser.set_defaults(func=main)
 
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+from typing import Any
 
 from lookahead_sdk.base.args import output_dir
 from lookahead_sdk.bench.common import write_json
@@ -39,11 +40,13 @@ def main(args: argparse.Namespace) -> int:
         f"lookahead-sdk demo: {len(config.strategies)} strategies x (sync, lookahead) "
         "on the embedded engine"
     )
-    document = asyncio.run(run_with_progress(config))
+    traces: list[dict[str, Any]] = []
+    document = asyncio.run(run_with_progress(config, traces))
     json_path = write_json(args.out / "demo.json", document)
     plot_path = plot(document, args.out / "demo.png")
+    trace_path = write_json(args.out / "trace.json", {"runs": traces})
     print_table(document)
-    print(f"wrote {json_path} and {plot_path}")
+    print(f"wrote {json_path}, {plot_path} and {trace_path} (every turn and request)")
     return 0
 
 
@@ -56,7 +59,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         type=output_dir,
         default="lookahead-demo",
         metavar="DIR",
-        help="directory for demo.json and demo.png",
+        help="directory for demo.json, demo.png and trace.json (every run's turns and requests)",
     )
     add_run_arguments(parser, tool_latency_s=DEMO_TOOL_LATENCY_S)
     parser.set_defaults(func=main)

@@ -22,6 +22,7 @@ from lookahead_sdk.bench.ttft import (
     summary_rows,
     transform_vs_same_size_normal,
 )
+from lookahead_sdk.cli import main as cli_main
 from tests.support.engine import embedded_engine  # noqa: F401  (session fixture)
 
 RUN_FIELDS = {
@@ -137,11 +138,37 @@ def test_bench_ttft_runs_the_same_workload_on_the_simulator() -> None:
     --repeats 2: the modes run in ABBA order and each mode's record pools its two runs."""
     config = short_sim_config(repeats=2, steps=9, large_output_every=0, tool_latency_s=0.2)
     order: list[tuple[str, int]] = []
+    traces: list[tuple[str, int, dict[str, Any]]] = []
     document = asyncio.run(
-        run_ttft_bench(config, on_run=lambda strategy, mode, repeat: order.append((mode, repeat)))
+        run_ttft_bench(
+            config,
+            on_run=lambda strategy, mode, repeat: order.append((mode, repeat)),
+            on_trace=lambda strategy, mode, repeat, trace: traces.append(
+                (mode, repeat, trace.to_json())
+            ),
+        )
     )
 
     assert order == [("sync", 0), ("lookahead", 0), ("lookahead", 1), ("sync", 1)]
+    assert [(mode, repeat) for mode, repeat, _ in traces] == order
+    for mode, _, trace in traces:
+        assert trace["duration_s"] > 0 and trace["turns"]
+        foreground = [r for r in trace["requests"] if r["kind"] == "foreground"]
+        for traced in trace["turns"]:
+            # Each turn's request is among the run's requests (the transport stamps it as it
+            # goes out, after the loop's stamp), and its wait split adds up to its TTFT.
+            assert any(
+                r["program_id"] == traced["program_id"]
+                and traced["sent_s"] <= r["sent_s"] <= traced["first_token_s"]
+                for r in foreground
+            )
+            assert sum(traced["wait_s"].values()) == pytest.approx(traced["ttft_s"], abs=1e-3)
+        commits = [t for t in trace["turns"] if t["commit"] != "none"]
+        assert commits and all(
+            t["commit"] == ("sync" if mode == "sync" else "hit") for t in commits
+        )
+        background = {r["kind"] for r in trace["requests"]} - {"foreground", "other"}
+        assert bool(background) == (mode == "lookahead")
     assert document["engine"].startswith("simulator (h200-qwen3-8b")
     assert document["warmer"] == "sglang" and document["window_tokens"] == 2048
     assert document["repeats"] == 2
@@ -193,3 +220,30 @@ def test_no_agent_turn_waits_behind_another_agents_workload_setup(
     assert max(at for kind, at in events if kind == "plan") < first_turn
     run_ = document["strategies"]["keep_recent"]["sync"]
     assert len(run_["normal_ttft_s"]) + run_["transform_turns"] == len(turns) == 9
+
+
+def test_bench_ttft_trace_flag_writes_every_runs_turns_and_requests(tmp_path: Path) -> None:
+    """`bench ttft --trace PATH`: one record per run beside the results, stamped like them."""
+    results, trace_path = tmp_path / "ttft.json", tmp_path / "trace.json"
+    argv = [
+        "bench", "ttft", "--sim", "h200-qwen3-8b", "--strategies", "keep_recent",
+        "--steps", "3", "--window-tokens", "2048", "--tool-output-tokens", "100,120",
+        "--max-tokens", "4", "--tool-latency", "0.1",
+        "--json", str(results), "--trace", str(trace_path),
+    ]  # fmt: skip
+    assert cli_main(argv) == 0
+
+    trace = json.loads(trace_path.read_text())
+    assert {"commit", "engine_build", "machine", "command"} <= set(trace["provenance"])
+    assert [(r["strategy"], r["mode"], r["repeat"]) for r in trace["runs"]] == [
+        ("keep_recent", "sync", 0),
+        ("keep_recent", "lookahead", 0),
+    ]
+    pooled = json.loads(results.read_text())["strategies"]["keep_recent"]
+    for run_trace in trace["runs"]:
+        recorded = pooled[run_trace["mode"]]
+        turns = len(recorded["transform_ttft_s"]) + len(recorded["normal_ttft_s"])
+        assert len(run_trace["turns"]) == turns == 3
+        assert sorted(t["ttft_s"] for t in run_trace["turns"]) == pytest.approx(
+            sorted(recorded["transform_ttft_s"] + recorded["normal_ttft_s"]), abs=1e-4
+        )
