@@ -324,6 +324,7 @@ async def run_agents(
 
         started, cpu_started = loop.time(), process_cpu_s()
         trace_started = time.perf_counter()
+        trace: RunTrace | None = None
         try:
             runs = await asyncio.gather(*(one_agent(i) for i in range(agents)))
             for run in runs:
@@ -334,8 +335,7 @@ async def run_agents(
                 time.perf_counter(),
             )
             result.add_wait_breakdown(turns, requests, ended)
-            if on_trace is not None:
-                on_trace(RunTrace(turns, requests, trace_started, ended))
+            trace = RunTrace(turns, requests, trace_started, ended)
             result.gate_wait_s = gate.waited_s if gate is not None else 0.0
             result.background_yields = llm.yields
         finally:
@@ -344,6 +344,8 @@ async def run_agents(
                 await warm.aclose()
     result.wall_s = loop.time() - started
     result.client_cpu_s = process_cpu_s() - cpu_started
+    if on_trace is not None and trace is not None:  # outside the measured time
+        on_trace(trace)
     return result
 
 
