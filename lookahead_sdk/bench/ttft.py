@@ -50,6 +50,7 @@ from lookahead_sdk.bench.common import (
     write_json,
 )
 from lookahead_sdk.bench.sim_ttft import SimServerProcess
+from lookahead_sdk.bench.trace_plot import plot_trace
 from lookahead_sdk.bench.ttft_targets import FEW_TURNS, TurnLists, targets_tables
 from lookahead_sdk.bench.ttft_waits import WAITS_LEGEND, has_waits, waits_tables
 from lookahead_sdk.client.slack import DEFAULT_GATE_ADMISSION, GATE_ADMISSIONS, GateAdmission
@@ -593,8 +594,9 @@ def main(args: argparse.Namespace) -> int:
     traces: list[dict[str, Any]] | None = [] if args.trace else None
     document = asyncio.run(run_with_progress(config, traces))
     write_json(args.json, document)
-    if args.trace:
+    if args.trace and traces:
         write_json(args.trace, {"runs": traces})
+        plot_trace(traces, Path(args.trace).with_suffix(".png"))
     if args.plot:
         plot(document, args.plot)
     print_table(document)
@@ -662,7 +664,8 @@ def register(bench_subparsers: argparse._SubParsersAction) -> None:
         type=output_file,
         metavar="PATH",
         help="also write every run's turns (each TTFT split by cause) and requests, on one "
-        "clock, to this JSON file: to read where one slow turn's time went",
+        "clock, to this JSON file, and their timelines beside it (PATH with .png): to see where "
+        "one slow turn's time went",
     )
     parser.set_defaults(func=main)
 

@@ -10,6 +10,7 @@ from typing import Any
 
 from lookahead_sdk.base.args import output_dir
 from lookahead_sdk.bench.common import write_json
+from lookahead_sdk.bench.trace_plot import plot_trace
 from lookahead_sdk.bench.ttft import (
     TtftBenchConfig,
     add_run_arguments,
@@ -45,8 +46,12 @@ def main(args: argparse.Namespace) -> int:
     json_path = write_json(args.out / "demo.json", document)
     plot_path = plot(document, args.out / "demo.png")
     trace_path = write_json(args.out / "trace.json", {"runs": traces})
+    timeline_path = plot_trace(traces, args.out / "trace.png")
     print_table(document)
-    print(f"wrote {json_path}, {plot_path} and {trace_path} (every turn and request)")
+    print(
+        f"wrote {json_path}, {plot_path}, {trace_path} (every turn and request) and "
+        f"{timeline_path} (their timelines)"
+    )
     return 0
 
 
@@ -59,7 +64,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         type=output_dir,
         default="lookahead-demo",
         metavar="DIR",
-        help="directory for demo.json, demo.png and trace.json (every run's turns and requests)",
+        help="directory for demo.json, demo.png, trace.json (every run's turns and requests) "
+        "and trace.png (their timelines)",
     )
     add_run_arguments(parser, tool_latency_s=DEMO_TOOL_LATENCY_S)
     parser.set_defaults(func=main)

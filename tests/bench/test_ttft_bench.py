@@ -234,6 +234,7 @@ def test_bench_ttft_trace_flag_writes_every_runs_turns_and_requests(tmp_path: Pa
     assert cli_main(argv) == 0
 
     trace = json.loads(trace_path.read_text())
+    assert trace_path.with_suffix(".png").stat().st_size > 10_000  # the runs' timelines
     assert {"commit", "engine_build", "machine", "command"} <= set(trace["provenance"])
     assert [(r["strategy"], r["mode"], r["repeat"]) for r in trace["runs"]] == [
         ("keep_recent", "sync", 0),
