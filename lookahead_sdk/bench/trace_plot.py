@@ -79,5 +79,6 @@ def _draw_run(axis: Any, run: dict[str, Any]) -> None:
     commits = sum(turn["commit"] != "none" for turn in run["turns"])
     axis.set(
         xlabel="seconds from the run's start",
-        title=f"{run['strategy']} / {run['mode']}: {duration:.0f} s, {commits} commit turns",
+        title=f"{run['strategy']} / {run['mode']}: {duration:.0f} s, "
+        f"{commits} commit turn{'' if commits == 1 else 's'}",
     )
