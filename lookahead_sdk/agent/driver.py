@@ -36,12 +36,10 @@ from lookahead_sdk.client.slack import DEFAULT_GATE_ADMISSION, GateAdmission
 from lookahead_sdk.client.timeline import (
     TURN_WAIT_CAUSES,
     RequestTimeline,
-    TimelineEntry,
     background_overlap,
     mean_background,
     reply_decode_s,
     summed_turn_waits,
-    turn_wait,
 )
 from lookahead_sdk.client.transport import tagged_async_http_client
 from lookahead_sdk.client.warmers import LlamaCppWarmer, make_warmer
@@ -160,29 +158,21 @@ class RunResult:
         self.resized_commits += stats.resized_commits
         self.prefilled_prompt_tokens += stats.background_prompt_tokens + stats.sync_prompt_tokens
 
-    def add_wait_breakdown(
-        self, turns: Sequence[TurnRecord], entries: Sequence[TimelineEntry], now: float
-    ) -> None:
-        for turn in turns:
-            if not turn.sent_at:
+    def add_wait_breakdown(self, trace: RunTrace) -> None:
+        """The run's turn waits summed per turn kind and cause, the background requests' load
+        and the replies' decoding, from its trace."""
+        for turn, split in zip(trace.turns, trace.waits, strict=True):
+            if not split:
                 continue
             sums = self.turn_wait_s.setdefault(
                 "transform" if turn.is_transform_turn else "normal",
                 dict.fromkeys(TURN_WAIT_CAUSES, 0.0),
             )
-            split = turn_wait(
-                turn.started_at,
-                turn.sent_at,
-                turn.first_token_at,
-                turn.program_id,
-                entries,
-                now=now,
-            )
             for cause, seconds in split.items():
                 sums[cause] += seconds
-        for kind, load in background_overlap(entries, now=now).items():
+        for kind, load in background_overlap(trace.requests, now=trace.ended_at).items():
             self.background[kind] = asdict(load)
-        self.reply_decode_s = reply_decode_s(entries, now=now)
+        self.reply_decode_s = reply_decode_s(trace.requests, now=trace.ended_at)
 
     def to_json(self) -> dict:
         return asdict(self)
@@ -329,13 +319,13 @@ async def run_agents(
             runs = await asyncio.gather(*(one_agent(i) for i in range(agents)))
             for run in runs:
                 result.add(run)
-            turns, requests, ended = (
+            trace = RunTrace(
                 [turn for run in runs for turn in run.turns],
                 session.timeline.entries,
+                trace_started,
                 time.perf_counter(),
             )
-            result.add_wait_breakdown(turns, requests, ended)
-            trace = RunTrace(turns, requests, trace_started, ended)
+            result.add_wait_breakdown(trace)
             result.gate_wait_s = gate.waited_s if gate is not None else 0.0
             result.background_yields = llm.yields
         finally:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from functools import cached_property
 from typing import Any
 
 from lookahead_sdk.agent.loop import TurnRecord
@@ -41,13 +42,34 @@ class RunTrace:
         known") stays None."""
         return round(stamp - self.started_at, DIGITS) if stamp else None
 
+    @cached_property
+    def waits(self) -> list[dict[str, float]]:
+        """Each turn's TTFT split by cause (`turn_wait`, summing to the TTFT), in `turns`' order;
+        empty for a turn whose request never went out. The run's tables sum these
+        (`RunResult.add_wait_breakdown`); `to_json` lists them."""
+        return [
+            turn_wait(
+                turn.started_at,
+                turn.sent_at,
+                turn.first_token_at,
+                turn.program_id,
+                self.requests,
+                now=self.ended_at,
+            )
+            if turn.sent_at
+            else {}
+            for turn in self.turns
+        ]
+
     def to_json(self) -> dict[str, Any]:
-        """Turns in the order they started, each with its TTFT split by cause (`turn_wait`,
-        summing to the TTFT); requests in the order they were sent."""
-        turns = sorted(self.turns, key=lambda turn: turn.started_at)
+        """Turns in the order they started, each with its `waits`; requests in the order they
+        were sent."""
+        turns = sorted(
+            zip(self.turns, self.waits, strict=True), key=lambda pair: pair[0].started_at
+        )
         return {
             "duration_s": round(self.ended_at - self.started_at, DIGITS),
-            "turns": [self._turn(turn) for turn in turns],
+            "turns": [self._turn(turn, wait) for turn, wait in turns],
             "requests": [
                 {
                     "kind": entry.kind,
@@ -61,19 +83,7 @@ class RunTrace:
             ],
         }
 
-    def _turn(self, turn: TurnRecord) -> dict[str, Any]:
-        wait = (
-            turn_wait(
-                turn.started_at,
-                turn.sent_at,
-                turn.first_token_at,
-                turn.program_id,
-                self.requests,
-                now=self.ended_at,
-            )
-            if turn.sent_at
-            else {}
-        )
+    def _turn(self, turn: TurnRecord, wait: dict[str, float]) -> dict[str, Any]:
         return {
             "program_id": turn.program_id,
             "agent": turn.agent,
