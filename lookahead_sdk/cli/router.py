@@ -150,8 +150,7 @@ def config_from_args(args: argparse.Namespace) -> ProxyConfig:
 def run_serve(args: argparse.Namespace) -> int:
     import logging
 
-    import uvicorn
-
+    from lookahead_sdk.cli.serving import serve_asgi
     from lookahead_sdk.router.http_app import RouterApp
     from lookahead_sdk.router.proxy import RouterProxy
 
@@ -164,7 +163,7 @@ def run_serve(args: argparse.Namespace) -> int:
         f"{', '.join(config.backends)}; token counter {proxy.token_counter}",
         flush=True,
     )
-    uvicorn.run(
+    serve_asgi(
         RouterApp(proxy), host=args.host, port=args.port, log_level=args.log_level, lifespan="on"
     )
     return 0

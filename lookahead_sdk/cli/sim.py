@@ -59,8 +59,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def run_serve(args: argparse.Namespace) -> int:
-    import uvicorn
-
+    from lookahead_sdk.cli.serving import serve_asgi
     from lookahead_sdk.sim.server import SimServeConfig, create_app
 
     profile = load_profile(args.profile)
@@ -89,5 +88,5 @@ def run_serve(args: argparse.Namespace) -> int:
         f"simulated {profile.name} engine ({args.mode}, {args.policy} admission, "
         f"{args.kv_tokens} KV tokens, time scale {args.time_scale}) on http://{args.host}:{args.port}"
     )
-    uvicorn.run(create_app(config), host=args.host, port=args.port, log_level="warning")
+    serve_asgi(create_app(config), host=args.host, port=args.port, log_level="warning")
     return 0
