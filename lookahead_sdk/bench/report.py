@@ -222,6 +222,31 @@ def render_router_overhead(document: Document) -> str:
     return text + f"\nLoad average (1 min): {before:.1f} before, {after:.1f} after.\n"
 
 
+def render_router_overhead_runs(runs: Sequence[tuple[str, Document]]) -> str:
+    """Several `bench router --mode overhead` runs, one row each, by the commit that ran it."""
+    from lookahead_sdk.bench.router_overhead import TARGET_P50_MS
+
+    header = ["commit", "rounds", "direct p50", "added p50, worst round", "rounds <= target"]
+    header += ["added p99, worst round"]
+    rows = []
+    for _, document in runs:
+        rounds = document.get("rounds") or [document]
+        target = TARGET_P50_MS
+        direct = [r["direct"]["p50_ms"] for r in rounds]
+        met = sum(r["overhead_p50_ms"] <= target for r in rounds)
+        rows.append(
+            [
+                f"`{(document.get('provenance') or {}).get('commit', 'unknown')[:7]}`",
+                str(len(rounds)),
+                f"{min(direct):.1f}-{max(direct):.1f} ms",
+                f"+{document['overhead_p50_ms']:.1f} ms",
+                f"{met} / {len(rounds)} (<= {target:g} ms)",
+                f"+{document['overhead_p99_ms']:.1f} ms",
+            ]
+        )
+    return markdown_table(header, rows)
+
+
 def render_slo_loads(document: Document) -> str:
     """`bench slo`, one seed: both policies at the loads where the verdict turns, every even one."""
     from lookahead_sdk.bench.report_scheduling import slo_loads_table
@@ -315,6 +340,7 @@ RUNS_RENDERERS: dict[str, RunsRenderer] = {
     "sim-ttft": render_sim_ttft,
     "sim-ttft-targets": render_sim_ttft_targets,
     "decode-slack": render_decode_slack,
+    "router-overhead-runs": render_router_overhead_runs,
 }
 
 

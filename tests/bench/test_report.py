@@ -103,3 +103,28 @@ def test_the_engine_threads_table_compares_each_load_with_the_idle_machine() -> 
     assert len(lines) == 5
     assert lines[2] == "| 1 | 0 | 3.00 | 24.0 | 1.0x | 1.0x |"
     assert lines[4] == "| 2 | 1 | 50.00 | 2800.0 | 25.0x | 200.0x |"
+
+
+def test_the_router_overhead_runs_table_has_a_row_per_run_counting_rounds_met() -> None:
+    from lookahead_sdk.bench.report import RUNS_RENDERERS
+
+    def run(commit: str, overheads: list[float]) -> dict[str, object]:
+        rounds = [
+            {"direct": {"p50_ms": 5.0 + i}, "overhead_p50_ms": o, "overhead_p99_ms": 2 * o}
+            for i, o in enumerate(overheads)
+        ]
+        return {
+            "provenance": {"commit": commit},
+            "rounds": rounds,
+            "overhead_p50_ms": max(overheads),
+            "overhead_p99_ms": 2 * max(overheads),
+        }
+
+    text = RUNS_RENDERERS["router-overhead-runs"](
+        [("a", run("aaaaaaa1", [1.0, 2.0, 2.5])), ("b", run("bbbbbbb2", [0.5]))]
+    )
+    rows = [line for line in text.splitlines() if line.startswith("| `")]
+    assert rows == [
+        "| `aaaaaaa` | 3 | 5.0-7.0 ms | +2.5 ms | 2 / 3 (<= 2 ms) | +5.0 ms |",
+        "| `bbbbbbb` | 1 | 5.0-5.0 ms | +0.5 ms | 1 / 1 (<= 2 ms) | +1.0 ms |",
+    ]
