@@ -34,12 +34,12 @@ from lookahead_sdk.client.endpoint import Endpoint
 from lookahead_sdk.client.session import ServerSession
 from lookahead_sdk.client.slack import DEFAULT_GATE_ADMISSION, GateAdmission
 from lookahead_sdk.client.timeline import (
-    TURN_WAIT_CAUSES,
     RequestTimeline,
     background_overlap,
     mean_background,
     reply_decode_s,
     summed_turn_waits,
+    turn_waits_by_kind,
 )
 from lookahead_sdk.client.transport import tagged_async_http_client
 from lookahead_sdk.client.warmers import LlamaCppWarmer, make_warmer
@@ -161,15 +161,10 @@ class RunResult:
     def add_wait_breakdown(self, trace: RunTrace) -> None:
         """The run's turn waits summed per turn kind and cause, the background requests' load
         and the replies' decoding, from its trace."""
-        for turn, split in zip(trace.turns, trace.waits, strict=True):
-            if not split:
-                continue
-            sums = self.turn_wait_s.setdefault(
-                "transform" if turn.is_transform_turn else "normal",
-                dict.fromkeys(TURN_WAIT_CAUSES, 0.0),
-            )
-            for cause, seconds in split.items():
-                sums[cause] += seconds
+        self.turn_wait_s = turn_waits_by_kind(
+            ("transform" if turn.is_transform_turn else "normal", split)
+            for turn, split in zip(trace.turns, trace.waits, strict=True)
+        )
         for kind, load in background_overlap(trace.requests, now=trace.ended_at).items():
             self.background[kind] = asdict(load)
         self.reply_decode_s = reply_decode_s(trace.requests, now=trace.ended_at)

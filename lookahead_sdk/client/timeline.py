@@ -167,6 +167,22 @@ def turn_wait(
     return split
 
 
+def turn_waits_by_kind(
+    splits: Iterable[tuple[str, Mapping[str, float]]],
+) -> dict[str, dict[str, float]]:
+    """Turns' TTFT splits (`turn_wait`), each with its turn kind ("normal", "transform"),
+    summed per kind and cause, as the tables report them; an empty split (the turn's request
+    never went out) counts nowhere."""
+    sums: dict[str, dict[str, float]] = {}
+    for kind, split in splits:
+        if not split:
+            continue
+        totals = sums.setdefault(kind, dict.fromkeys(TURN_WAIT_CAUSES, 0.0))
+        for cause, seconds in split.items():
+            totals[cause] += seconds
+    return sums
+
+
 def request_answered_at(
     first_token_at: float, entries: Iterable[TimelineEntry]
 ) -> TimelineEntry | None:

@@ -10,6 +10,7 @@ from openai import AsyncOpenAI
 
 from lookahead_sdk import RequestTags, ServerSession, use_tags
 from lookahead_sdk.client.timeline import (
+    TURN_WAIT_CAUSES,
     WAIT_CAUSES,
     RequestTimeline,
     TimelineEntry,
@@ -21,6 +22,7 @@ from lookahead_sdk.client.timeline import (
     request_kind,
     summed_turn_waits,
     turn_wait,
+    turn_waits_by_kind,
     wait_behind,
 )
 
@@ -117,6 +119,22 @@ def test_runs_pool_into_per_turn_sums_and_per_run_background() -> None:
         {"warm_up": {"requests": 6, "seconds": 4.0}},
     ]
     assert mean_background(loads) == {"warm_up": {"requests": 5.0, "seconds": 3.0}}
+
+
+def test_turn_splits_sum_per_kind_and_cause_and_unsent_turns_count_nowhere() -> None:
+    splits = [
+        ("normal", {"before_request": 0.0, "alone": 1.0}),
+        ("transform", {}),  # its request never went out
+        ("normal", {"before_request": 0.5, "alone": 2.0, "warm_up": 0.25}),
+    ]
+    sums = turn_waits_by_kind(splits)
+    assert set(sums) == {"normal"}
+    assert set(sums["normal"]) == set(TURN_WAIT_CAUSES)
+    assert sums["normal"]["before_request"] == 0.5
+    assert sums["normal"]["alone"] == 3.0
+    assert sums["normal"]["warm_up"] == 0.25
+    assert sum(sums["normal"].values()) == 3.75
+    assert turn_waits_by_kind([]) == {}
 
 
 def test_an_unfinished_request_counts_until_now() -> None:

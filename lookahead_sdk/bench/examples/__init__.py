@@ -17,7 +17,7 @@ import contextlib
 import inspect
 import random
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Annotated, Any, Literal, get_args
@@ -38,13 +38,13 @@ from lookahead_sdk.base.tools import Tool
 from lookahead_sdk.bench.common import compact_table, write_json
 from lookahead_sdk.client.endpoint import Endpoint
 from lookahead_sdk.client.timeline import (
-    TURN_WAIT_CAUSES,
     RequestTimeline,
     TimelineEntry,
     background_overlap,
     reply_decode_s,
     request_answered_at,
     turn_wait,
+    turn_waits_by_kind,
 )
 from lookahead_sdk.core.runtime import CommitKind
 
@@ -144,26 +144,28 @@ def turn_waits(
     """Where the turns' TTFT went, summed per turn kind ("normal", "transform") and cause, as
     `bench ttft` reports it (`RunResult.turn_wait_s`). A framework's loop stamps its hook and
     the first token; the request between them is the one the timeline saw answered then."""
-    sums: dict[str, dict[str, float]] = {}
-    for row in rows:
-        if row.ttft_s is None or row.first_token_at is None:
-            continue
-        request = request_answered_at(row.first_token_at, entries)
-        if request is None:
-            continue
-        kind = "normal" if row.commit is CommitKind.NONE else "transform"
-        split = turn_wait(
-            row.first_token_at - row.ttft_s,
-            request.sent_at,
-            row.first_token_at,
-            request.program_id,
-            entries,
-            now=now,
-        )
-        totals = sums.setdefault(kind, dict.fromkeys(TURN_WAIT_CAUSES, 0.0))
-        for cause, seconds in split.items():
-            totals[cause] += seconds
-    return sums
+
+    def splits() -> Iterator[tuple[str, dict[str, float]]]:
+        for row in rows:
+            if row.ttft_s is None or row.first_token_at is None:
+                continue
+            request = request_answered_at(row.first_token_at, entries)
+            if request is None:
+                continue
+            kind = "normal" if row.commit is CommitKind.NONE else "transform"
+            yield (
+                kind,
+                turn_wait(
+                    row.first_token_at - row.ttft_s,
+                    request.sent_at,
+                    row.first_token_at,
+                    request.program_id,
+                    entries,
+                    now=now,
+                ),
+            )
+
+    return turn_waits_by_kind(splits())
 
 
 def write_turns(
