@@ -11,7 +11,7 @@ def freeze_startup_objects() -> int:
     collector's reach, after collecting what is already garbage; returns how many.
 
     A full (generation 2) collection traverses every tracked object. A started server holds
-    ~130,000, and each full collection of the router or `sim serve` took 50-140 ms on the 2-core
+    ~130,000, and each full collection of the router or `sim serve` took 50-110 ms on the 2-core
     development machine: a stall that every request in flight waits out (the router's p99
     overhead, docs/router.md). Frozen objects are never traversed again, so collections see only
     what the server allocated since."""
