@@ -229,3 +229,21 @@ def add_renamed(
     for name in old:
         container.add_argument(name, action=_DeprecatedAlias, target=action)
     return action
+
+
+def add_be_step_ms(parser: argparse.ArgumentParser, default: float | None) -> None:
+    """`--be-step-ms` of a hybrid-batching server: read it back with `be_step_ms(args)`."""
+    parser.add_argument(
+        "--be-step-ms",
+        type=non_negative_float,
+        default=default or 0.0,
+        help=(
+            "most that best-effort (lookahead) chunks may add to one hybrid batch, in ms: a "
+            "request arriving while the batch runs waits at most this long for them (0: fill "
+            "up to the TBT bound)"
+        ),
+    )
+
+
+def be_step_ms(args: argparse.Namespace) -> float | None:
+    return args.be_step_ms or None

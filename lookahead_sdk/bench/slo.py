@@ -14,6 +14,8 @@ from rich.console import Console
 from rich.table import Table
 
 from lookahead_sdk.base.args import (
+    add_be_step_ms,
+    be_step_ms,
     comma_list,
     non_negative_float,
     output_file,
@@ -98,12 +100,13 @@ def simulate_point(
     *,
     kv_tokens: int,
     tbt_bound_ms: float,
+    be_step_ms: float | None = HybridConfig().be_step_ms,
 ) -> SloPoint:
     config = ClusterConfig(
         mode="colocated",
         policy=policy,
         kv_tokens=kv_tokens,
-        hybrid=HybridConfig(tbt_bound_ms=tbt_bound_ms),
+        hybrid=HybridConfig(tbt_bound_ms=tbt_bound_ms, be_step_ms=be_step_ms),
     )
     cluster = SimCluster(profile, config, truth=GpuLikeTruth(profile, seed=workload.seed))
     simulation = Simulation(cluster)
@@ -157,6 +160,7 @@ def register(bench_subparsers: argparse._SubParsersAction) -> None:
         default=0.9 * SLO_TBT_MS,
         help="the lookahead-aware scheduler's Est bound (below the SLO: margin for model error)",
     )
+    add_be_step_ms(parser, HybridConfig().be_step_ms)
     parser.add_argument("--seed", type=int, default=0)
     parser.set_defaults(func=run)
 
@@ -181,12 +185,15 @@ def run(args: argparse.Namespace) -> int:
                         load,
                         kv_tokens=args.kv_tokens,
                         tbt_bound_ms=args.tbt_bound_ms,
+                        be_step_ms=be_step_ms(args),
                     )
                 )
                 bar.advance(task)
     document: dict[str, Any] = {
         "slo_ttft_ms": int(SLO_TTFT_MS),
         "slo_tbt_ms": int(SLO_TBT_MS),
+        "tbt_bound_ms": args.tbt_bound_ms,
+        "be_step_ms": be_step_ms(args),
         "be_loads": loads,
         **{
             POLICY_KEYS[policy]: {

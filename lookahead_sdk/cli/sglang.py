@@ -16,8 +16,15 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from lookahead_sdk.base.args import add_renamed, non_negative_float, positive_float, positive_int
-from lookahead_sdk.scheduling import BUILTIN_PROFILES, load_profile
+from lookahead_sdk.base.args import (
+    add_be_step_ms,
+    add_renamed,
+    be_step_ms,
+    non_negative_float,
+    positive_float,
+    positive_int,
+)
+from lookahead_sdk.scheduling import BUILTIN_PROFILES, HybridConfig, load_profile
 from lookahead_sdk.scheduling.profiles import latency_profile
 from lookahead_sdk.sglang_plugin.plugin import PLUGIN_NAME
 from lookahead_sdk.sglang_plugin.settings import POLICY_NAMES, PluginSettings
@@ -96,6 +103,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         default=500.0,
         help="schedule a lookahead as LC once its commit deadline is this close",
     )
+    add_be_step_ms(launch, HybridConfig().be_step_ms)
     launch.add_argument(
         "--max-batch-tokens", type=positive_int, help="default: SGLang's chunked prefill size"
     )
@@ -137,6 +145,7 @@ def settings_from_args(args: argparse.Namespace) -> PluginSettings:
         slo_ttft_ms=args.slo_ttft_ms,
         promote_within_ms=args.promote_within_ms,
         max_batch_tokens=args.max_batch_tokens,
+        be_step_ms=be_step_ms(args),
     )
     PluginSettings.from_env(settings.to_env())  # the same validation the server will apply
     load_profile(settings.profile)

@@ -89,16 +89,23 @@ class HybridConfig:
 
     `min_lc_chunk_tokens`: an LC chunk admitted even when decodes alone exceed the bound, so LC
     prefill always progresses. `promote_within_ms`: a lookahead whose commit deadline is this close
-    is scheduled as LC.
+    is scheduled as LC. `be_step_ms`: the most BE chunks may add to one batch's Est over its
+    decodes and LC chunks, so an LC request that arrives while a batch runs waits at most this
+    long for best-effort work (and a decoding reply's step grows by at most this much); None lets
+    BE fill up to `tbt_bound_ms` (the paper's Algorithm 2), where an arrival may wait a whole
+    bound behind a warm-up chunk.
     """
 
     tbt_bound_ms: float = 50.0
     max_batch_tokens: int = 8192
     min_lc_chunk_tokens: int = 256
     promote_within_ms: float = 500.0
+    be_step_ms: float | None = 15.0
 
     def __post_init__(self) -> None:
         _require_positive("HybridConfig.tbt_bound_ms", self.tbt_bound_ms)
+        if self.be_step_ms is not None:
+            _require_positive("HybridConfig.be_step_ms", self.be_step_ms)
         _require_positive_int("HybridConfig.max_batch_tokens", self.max_batch_tokens)
         _require_positive_int("HybridConfig.min_lc_chunk_tokens", self.min_lc_chunk_tokens)
         _require_non_negative("HybridConfig.promote_within_ms", self.promote_within_ms)
@@ -145,8 +152,9 @@ class _Rules:
     lc_ceiling_ms: float | None  # None: LC chunks bounded by tokens only
     min_lc_chunk_tokens: int = 0
     # Deadline triage of BE lookaheads: BE gets the part of this per-iteration bound that decodes
-    # leave (None: the whole engine, e.g. a prefill instance).
+    # leave (None: the whole engine, e.g. a prefill instance), at most `be_step_ms` of a step.
     be_share_bound_ms: float | None = None
+    be_step_ms: float | None = None
 
 
 @dataclass(slots=True)
@@ -336,7 +344,11 @@ class AdmissionRound:
         bound = self._rules.be_share_bound_ms
         if bound is None:
             return 1.0
-        return max(0.0, bound - decode_only_ms) / bound
+        be_ms = max(
+            0.0, _be_ceiling_ms(bound, decode_only_ms, self._rules.be_step_ms) - decode_only_ms
+        )
+        step_ms = decode_only_ms + be_ms
+        return be_ms / step_ms if step_ms > 0 else 1.0
 
     def _is_lc(self, descriptor: RequestDescriptor) -> bool:
         if not self._rules.class_aware or descriptor.priority_class == "lc" or descriptor.promoted:
@@ -473,7 +485,7 @@ class HybridPolicy(_PolicyBase):
         decode_contexts: Sequence[int],
         waiting: Sequence[RequestDescriptor],
     ) -> AdmissionRound:
-        bound = self.config.tbt_bound_ms
+        bound, step = self.config.tbt_bound_ms, self.config.be_step_ms
         return AdmissionRound(
             estimator=self.estimator,
             now_ms=now_ms,
@@ -486,9 +498,16 @@ class HybridPolicy(_PolicyBase):
                 lc_ceiling_ms=bound,
                 min_lc_chunk_tokens=self.config.min_lc_chunk_tokens,
                 be_share_bound_ms=bound,
+                be_step_ms=step,
             ),
-            be_ceiling=lambda _now, _lc, _features: (bound, None),
+            be_ceiling=self._be_ceiling,
         )
+
+    def _be_ceiling(
+        self, _now_ms: float, _lc_waiting: Sequence[RequestDescriptor], lc_features: BatchFeatures
+    ) -> tuple[float | None, DeferReason | None]:
+        lc_ms = self.estimator.est_features_ms(lc_features)
+        return _be_ceiling_ms(self.config.tbt_bound_ms, lc_ms, self.config.be_step_ms), None
 
 
 @dataclass(slots=True)
@@ -577,6 +596,12 @@ class VanillaPolicy(_PolicyBase):
             ),
             be_ceiling=None,
         )
+
+
+def _be_ceiling_ms(bound_ms: float, lc_ms: float, step_ms: float | None) -> float:
+    """The Est a batch whose decodes and LC chunks take `lc_ms` may reach with BE chunks: the
+    bound, and at most `step_ms` over `lc_ms` (None: no such cap)."""
+    return bound_ms if step_ms is None else min(bound_ms, lc_ms + step_ms)
 
 
 def _check_inputs(

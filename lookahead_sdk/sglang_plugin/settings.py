@@ -33,13 +33,16 @@ ENV_PROMOTE_WITHIN_MS = f"{ENV_PREFIX}PROMOTE_WITHIN_MS"
 ENV_MIN_LC_CHUNK = f"{ENV_PREFIX}MIN_LC_CHUNK_TOKENS"
 ENV_IDLE_BE_BUDGET_MS = f"{ENV_PREFIX}IDLE_BE_BUDGET_MS"
 ENV_MAX_BATCH_TOKENS = f"{ENV_PREFIX}MAX_BATCH_TOKENS"
+ENV_BE_STEP_MS = f"{ENV_PREFIX}BE_STEP_MS"
 
 
 @dataclass(frozen=True, slots=True)
 class PluginSettings:
     """`policy`: "auto" picks slack-aware on a PD-disaggregated prefill instance and hybrid
     otherwise; "vanilla" is the class-blind baseline through the same hooks; "off" only carries
-    metadata and counts. `max_batch_tokens`: None takes SGLang's chunked-prefill size."""
+    metadata and counts. `max_batch_tokens`: None takes SGLang's chunked-prefill size.
+    `be_step_ms`: what best-effort chunks may add to one hybrid batch (`HybridConfig.be_step_ms`;
+    None: up to the TBT bound, written 0 in the environment)."""
 
     policy: PolicyName = "auto"
     profile: str = "h100-qwen3-8b"
@@ -49,6 +52,7 @@ class PluginSettings:
     min_lc_chunk_tokens: int = 256
     idle_be_budget_ms: float = 100.0
     max_batch_tokens: int | None = None
+    be_step_ms: float | None = HybridConfig().be_step_ms
 
     def __post_init__(self) -> None:
         if self.policy not in POLICY_NAMES:
@@ -68,6 +72,7 @@ class PluginSettings:
             min_lc_chunk_tokens=_env_int(env, ENV_MIN_LC_CHUNK, defaults.min_lc_chunk_tokens),
             idle_be_budget_ms=_env_float(env, ENV_IDLE_BE_BUDGET_MS, defaults.idle_be_budget_ms),
             max_batch_tokens=None if not max_batch else _env_int(env, ENV_MAX_BATCH_TOKENS, 0),
+            be_step_ms=_env_float(env, ENV_BE_STEP_MS, defaults.be_step_ms or 0.0) or None,
         )
 
     def to_env(self) -> dict[str, str]:
@@ -80,6 +85,7 @@ class PluginSettings:
             ENV_PROMOTE_WITHIN_MS: repr(self.promote_within_ms),
             ENV_MIN_LC_CHUNK: str(self.min_lc_chunk_tokens),
             ENV_IDLE_BE_BUDGET_MS: repr(self.idle_be_budget_ms),
+            ENV_BE_STEP_MS: repr(self.be_step_ms or 0.0),
         }
         if self.max_batch_tokens is not None:
             env[ENV_MAX_BATCH_TOKENS] = str(self.max_batch_tokens)
@@ -116,6 +122,7 @@ class PluginSettings:
                 max_batch_tokens=batch_tokens,
                 min_lc_chunk_tokens=self.min_lc_chunk_tokens,
                 promote_within_ms=self.promote_within_ms,
+                be_step_ms=self.be_step_ms,
             ),
         )
 

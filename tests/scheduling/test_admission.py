@@ -71,7 +71,8 @@ def admitted_pairs(plan, waiting):
 
 
 def test_hybrid_fills_lc_first_then_be_under_the_tbt_bound() -> None:
-    policy = HybridPolicy(MODEL, HybridConfig(tbt_bound_ms=BOUND_MS))
+    """Without a BE step cap (the paper's Algorithm 2) BE fills the batch up to the bound."""
+    policy = HybridPolicy(MODEL, HybridConfig(tbt_bound_ms=BOUND_MS, be_step_ms=None))
     decodes = [4000] * 4
     waiting = [be("be1", 6000, arrival=0.0), lc("lc1", 300, prefix=2000, arrival=5.0)]
     plan = policy.plan(10.0, decodes, waiting)
@@ -84,6 +85,47 @@ def test_hybrid_fills_lc_first_then_be_under_the_tbt_bound() -> None:
     more = [(waiting[1], 300), (waiting[0], be_decision.tokens + 1)]
     assert estimate(decodes, more) > BOUND_MS
     assert list(plan.decisions) == ["lc1", "be1"]  # queue order: LC before BE
+
+
+def test_hybrid_be_adds_at_most_be_step_ms_to_a_batch() -> None:
+    """The default cap: BE chunks add at most `be_step_ms` to what decodes and LC take, so a
+    request arriving mid-batch waits at most that long for best-effort work."""
+    step = HybridConfig().be_step_ms
+    assert step is not None
+    decodes = [4000] * 4
+    waiting = [be("be1", 6000, arrival=0.0), lc("lc1", 300, prefix=2000, arrival=5.0)]
+    capped = HybridPolicy(MODEL, HybridConfig(tbt_bound_ms=BOUND_MS)).plan(10.0, decodes, waiting)
+    uncapped = HybridPolicy(MODEL, HybridConfig(tbt_bound_ms=BOUND_MS, be_step_ms=None)).plan(
+        10.0, decodes, waiting
+    )
+    assert capped.decisions["lc1"] == uncapped.decisions["lc1"] == Admit(300, "lc")
+    chunk = capped.decisions["be1"]
+    assert isinstance(chunk, Admit) and chunk.scheduled_as == "be"
+    assert 0 < chunk.tokens < uncapped.admitted_tokens()["be1"]
+    lc_part = estimate(decodes, [(waiting[1], 300)])
+    assert estimate(decodes, admitted_pairs(capped, waiting)) <= lc_part + step + EPS
+    more = [(waiting[1], 300), (waiting[0], chunk.tokens + 1)]
+    assert estimate(decodes, more) > lc_part + step
+
+
+def test_hybrid_best_effort_alone_runs_in_batches_of_at_most_be_step_ms() -> None:
+    """With nothing foreground in the engine a warm-up runs in batches of about `be_step_ms`, not
+    of the TBT bound: an LC request arriving during one waits at most that long."""
+    config = HybridConfig(tbt_bound_ms=BOUND_MS, be_step_ms=12.0)
+    plan = HybridPolicy(MODEL, config).plan(0.0, [], [be("warm", 8000, prefix=1000)])
+    chunk = plan.decisions["warm"]
+    assert isinstance(chunk, Admit) and 0 < chunk.tokens < 8000
+    assert plan.est_ms is not None and plan.est_ms <= 12.0 + EPS
+    assert MODEL.est_features_ms(BatchFeatures().with_chunk(chunk.tokens + 1, 1000)) > 12.0
+
+
+def test_a_promoted_lookahead_is_not_held_to_the_be_step() -> None:
+    """A promoted lookahead is LC work: it fills up to the TBT bound like any LC chunk."""
+    config = HybridConfig(tbt_bound_ms=BOUND_MS, be_step_ms=5.0)
+    plan = HybridPolicy(MODEL, config).plan(0.0, [], [be("warm", 8000, promoted=True)])
+    chunk = plan.decisions["warm"]
+    assert isinstance(chunk, Admit) and chunk.scheduled_as == "lc"
+    assert plan.est_ms is not None and 5.0 < plan.est_ms <= BOUND_MS + EPS
 
 
 def test_lc_backlog_preempts_be_and_pauses_a_chunked_be_request() -> None:
@@ -283,6 +325,8 @@ def test_round_inputs_are_validated() -> None:
         policy.plan(0.0, [-1], [])
     with pytest.raises(ValueError, match="tbt_bound_ms"):
         HybridConfig(tbt_bound_ms=0)
+    with pytest.raises(ValueError, match="be_step_ms"):
+        HybridConfig(be_step_ms=0)
     with pytest.raises(ValueError, match="max_batch_tokens"):
         DisaggConfig(max_batch_tokens=0)
 
@@ -324,6 +368,7 @@ def scenarios(*, max_decodes: int, max_context: int, max_prefix: int, max_remain
                 lambda items: [dataclasses.replace(d, rid=f"r{i}") for i, d in enumerate(items)]
             ),
             "bound": st.floats(5, 200),
+            "be_step": st.one_of(st.none(), st.floats(0.5, 100)),
             "max_tokens": st.one_of(st.integers(1, 16_384), st.just(16_384)),
             "seed": st.integers(0, 1000),
         }
@@ -347,16 +392,19 @@ def offer_in_random_order(policy, s):
 
 @settings(max_examples=300, deadline=None)
 @given(s=scenario)
-def test_property_be_never_pushes_the_batch_over_the_tbt_bound(s) -> None:
-    policy = HybridPolicy(
-        MODEL, HybridConfig(tbt_bound_ms=s["bound"], max_batch_tokens=s["max_tokens"])
-    )
+def test_property_be_never_pushes_the_batch_over_the_tbt_bound_nor_adds_over_its_step(s) -> None:
+    policy = scenario_policy(s, disagg=False)
     _, plan = offer_in_random_order(policy, s)
-    be_admitted = [
+    pairs = admitted_pairs(plan, s["waiting"])
+    be_admitted = {
         rid for rid, d in plan.decisions.items() if isinstance(d, Admit) and d.scheduled_as == "be"
-    ]
+    }
     if be_admitted:
-        assert estimate(s["decodes"], admitted_pairs(plan, s["waiting"])) <= s["bound"] + EPS
+        total = estimate(s["decodes"], pairs)
+        assert total <= s["bound"] + EPS
+        if s["be_step"] is not None:
+            without_be = estimate(s["decodes"], [p for p in pairs if p[0].rid not in be_admitted])
+            assert total <= without_be + s["be_step"] + EPS
     assert plan.features.forward_tokens <= max(len(s["decodes"]), s["max_tokens"])
 
 
@@ -365,7 +413,10 @@ def scenario_policy(s: dict, *, disagg: bool) -> SlackAwarePolicy | HybridPolicy
     if disagg:
         return SlackAwarePolicy(MODEL, DisaggConfig(max_batch_tokens=s["max_tokens"]))
     return HybridPolicy(
-        MODEL, HybridConfig(tbt_bound_ms=s["bound"], max_batch_tokens=s["max_tokens"])
+        MODEL,
+        HybridConfig(
+            tbt_bound_ms=s["bound"], max_batch_tokens=s["max_tokens"], be_step_ms=s["be_step"]
+        ),
     )
 
 
@@ -476,6 +527,27 @@ def test_a_lookahead_with_nothing_left_to_prefill_is_not_ranked_late(disagg: boo
     # deadline triage, it was queued after a lookahead without a deadline.
     waiting = [be("r0", 0), be("r1", 0, commit_deadline_ms=0.0)]
     s = {"now": 1.0, "decodes": [], "waiting": waiting, "bound": 5.0, "max_tokens": 16384}
+    s["be_step"] = None
     admission = scenario_policy(s, disagg=disagg).begin_round(1.0, [], waiting)
     assert not admission.infeasible
     assert [d.rid for d in admission.ordered(waiting)] == ["r1", "r0"]
+
+
+def test_plugin_settings_carry_the_be_step_through_the_environment() -> None:
+    """`sglang launch` hands settings to SGLang's processes in environment variables: the BE step
+    survives the trip, 0 meaning no cap, and reaches the policy the plugin builds."""
+    from lookahead_sdk.sglang_plugin.settings import ENV_BE_STEP_MS, PluginSettings
+
+    default = PluginSettings()
+    assert default.be_step_ms == HybridConfig().be_step_ms
+    for chosen in (default, PluginSettings(policy="hybrid", be_step_ms=7.5)):
+        assert PluginSettings.from_env(chosen.to_env()) == chosen
+    uncapped = PluginSettings(policy="hybrid", be_step_ms=None)
+    assert uncapped.to_env()[ENV_BE_STEP_MS] == "0.0"
+    assert PluginSettings.from_env(uncapped.to_env()).be_step_ms is None
+    policy = PluginSettings(policy="hybrid", be_step_ms=7.5).build_policy(
+        disaggregated_prefill=False, engine_batch_tokens=8192
+    )
+    assert isinstance(policy, HybridPolicy) and policy.config.be_step_ms == 7.5
+    with pytest.raises(ValueError, match=ENV_BE_STEP_MS):
+        PluginSettings.from_env({ENV_BE_STEP_MS: "-1"})
