@@ -81,6 +81,23 @@ def test_slack_admits_best_effort_within_the_bound(
     assert harness.scheduler.chunked_req.rid == "be"
 
 
+def test_best_effort_alone_runs_in_batches_of_the_be_step(
+    plugin_hooks: None, plugin_settings: Callable[..., Any]
+) -> None:
+    """An idle engine prefills a warm-up in batches of about `be_step_ms`, not of the TBT bound,
+    so an agent's request arriving meanwhile waits at most that long."""
+    sizes = {}
+    for step in (10.0, None):
+        plugin_settings(policy="hybrid", tbt_bound_ms=50.0, be_step_ms=step)
+        harness = SchedulerHarness(chunked_prefill_size=8192)
+        harness.enqueue(make_req("be", 6000, lookahead("g")))
+        batch, _ = harness.prefill_pass()
+        sizes[step] = batch_chunks(batch)["be"][0]
+        assert 0 < sizes[step] < 6000
+        assert est_ms(batch, []) <= (step or 50.0) + 1e-9
+    assert sizes[10.0] < sizes[None]
+
+
 def test_latency_critical_goes_first_even_when_it_arrived_last(
     plugin_hooks: None, plugin_settings: Callable[..., Any]
 ) -> None:
@@ -145,7 +162,7 @@ def _between_passes(harness: SchedulerHarness) -> None:
 def test_best_effort_chunk_is_parked_for_an_lc_backlog_and_resumed_after(
     plugin_hooks: None, plugin_settings: Callable[..., Any]
 ) -> None:
-    plugin_settings(policy="hybrid", tbt_bound_ms=1000.0)
+    plugin_settings(policy="hybrid", tbt_bound_ms=1000.0, be_step_ms=None)
     harness = SchedulerHarness(chunked_prefill_size=4096)
     harness.enqueue(make_req("be", 10000, lookahead("g")))
     batch, _ = harness.prefill_pass()
@@ -171,7 +188,7 @@ def test_lc_that_needs_the_parked_chunk_slot_forces_the_chunk_to_finish(
 ) -> None:
     """SGLang tracks one partly prefilled request: an LC request that must be cut while a BE
     chunk holds the slot waits until that chunk completes (no deadlock, no second chunk)."""
-    plugin_settings(policy="hybrid", tbt_bound_ms=1000.0)
+    plugin_settings(policy="hybrid", tbt_bound_ms=1000.0, be_step_ms=None)
     harness = SchedulerHarness(chunked_prefill_size=4096)
     harness.enqueue(make_req("be", 6000, lookahead("g")))
     harness.prefill_pass()
