@@ -231,19 +231,35 @@ def add_renamed(
     return action
 
 
-def add_be_step_ms(parser: argparse.ArgumentParser, default: float | None) -> None:
-    """`--be-step-ms` of a hybrid-batching server: read it back with `be_step_ms(args)`."""
+def add_be_batching(
+    parser: argparse.ArgumentParser, *, step_ms: float | None, beside_lc_prefill: bool
+) -> None:
+    """How a hybrid-batching server batches best-effort (lookahead) work: `--be-step-ms` and
+    `--be-beside-lc-prefill`, with a `HybridConfig`'s defaults; read back with
+    `be_batching(args)` (keyword arguments of `HybridConfig` and `PluginSettings`)."""
     parser.add_argument(
         "--be-step-ms",
         type=non_negative_float,
-        default=default or 0.0,
+        default=step_ms or 0.0,
         help=(
             "most that best-effort (lookahead) chunks may add to one hybrid batch, in ms: a "
             "request arriving while the batch runs waits at most this long for them (0: fill "
             "up to the TBT bound)"
         ),
     )
+    parser.add_argument(
+        "--be-beside-lc-prefill",
+        action=argparse.BooleanOptionalAction,
+        default=beside_lc_prefill,
+        help=(
+            "let best-effort chunks share a batch with latency-critical prefill (the paper's "
+            "fill; off: a foreground request's first token never waits for them)"
+        ),
+    )
 
 
-def be_step_ms(args: argparse.Namespace) -> float | None:
-    return args.be_step_ms or None
+def be_batching(args: argparse.Namespace) -> dict[str, Any]:
+    return {
+        "be_step_ms": args.be_step_ms or None,
+        "be_beside_lc_prefill": args.be_beside_lc_prefill,
+    }

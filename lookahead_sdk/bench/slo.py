@@ -5,6 +5,7 @@ of lookahead warm-ups done before their commit deadline. In-process simulator, v
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import itertools
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -14,8 +15,8 @@ from rich.console import Console
 from rich.table import Table
 
 from lookahead_sdk.base.args import (
-    add_be_step_ms,
-    be_step_ms,
+    add_be_batching,
+    be_batching,
     comma_list,
     non_negative_float,
     output_file,
@@ -99,15 +100,9 @@ def simulate_point(
     be_rate_per_s: float,
     *,
     kv_tokens: int,
-    tbt_bound_ms: float,
-    be_step_ms: float | None = HybridConfig().be_step_ms,
+    hybrid: HybridConfig,
 ) -> SloPoint:
-    config = ClusterConfig(
-        mode="colocated",
-        policy=policy,
-        kv_tokens=kv_tokens,
-        hybrid=HybridConfig(tbt_bound_ms=tbt_bound_ms, be_step_ms=be_step_ms),
-    )
+    config = ClusterConfig(mode="colocated", policy=policy, kv_tokens=kv_tokens, hybrid=hybrid)
     cluster = SimCluster(profile, config, truth=GpuLikeTruth(profile, seed=workload.seed))
     simulation = Simulation(cluster)
     requests = workload.requests(be_rate_per_s)
@@ -160,7 +155,11 @@ def register(bench_subparsers: argparse._SubParsersAction) -> None:
         default=0.9 * SLO_TBT_MS,
         help="the lookahead-aware scheduler's Est bound (below the SLO: margin for model error)",
     )
-    add_be_step_ms(parser, HybridConfig().be_step_ms)
+    add_be_batching(
+        parser,
+        step_ms=HybridConfig().be_step_ms,
+        beside_lc_prefill=HybridConfig().be_beside_lc_prefill,
+    )
     parser.add_argument("--seed", type=int, default=0)
     parser.set_defaults(func=run)
 
@@ -172,6 +171,7 @@ def run(args: argparse.Namespace) -> int:
     workload = replace(
         SloWorkload(), duration_s=args.duration_s, lc_rate_per_s=args.lc_rate, seed=args.seed
     )
+    hybrid = HybridConfig(tbt_bound_ms=args.tbt_bound_ms, **be_batching(args))
     points: dict[PolicyName, list[SloPoint]] = {"vanilla": [], "lookahead": []}
     with progress() as bar:
         task = bar.add_task("simulating load points", total=2 * len(loads))
@@ -184,16 +184,14 @@ def run(args: argparse.Namespace) -> int:
                         workload,
                         load,
                         kv_tokens=args.kv_tokens,
-                        tbt_bound_ms=args.tbt_bound_ms,
-                        be_step_ms=be_step_ms(args),
+                        hybrid=hybrid,
                     )
                 )
                 bar.advance(task)
     document: dict[str, Any] = {
         "slo_ttft_ms": int(SLO_TTFT_MS),
         "slo_tbt_ms": int(SLO_TBT_MS),
-        "tbt_bound_ms": args.tbt_bound_ms,
-        "be_step_ms": be_step_ms(args),
+        "hybrid": dataclasses.asdict(hybrid),
         "be_loads": loads,
         **{
             POLICY_KEYS[policy]: {

@@ -17,9 +17,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from lookahead_sdk.base.args import (
-    add_be_step_ms,
+    add_be_batching,
     add_renamed,
-    be_step_ms,
+    be_batching,
     non_negative_float,
     positive_float,
     positive_int,
@@ -103,7 +103,11 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         default=500.0,
         help="schedule a lookahead as LC once its commit deadline is this close",
     )
-    add_be_step_ms(launch, HybridConfig().be_step_ms)
+    add_be_batching(
+        launch,
+        step_ms=HybridConfig().be_step_ms,
+        beside_lc_prefill=HybridConfig().be_beside_lc_prefill,
+    )
     launch.add_argument(
         "--max-batch-tokens", type=positive_int, help="default: SGLang's chunked prefill size"
     )
@@ -145,7 +149,7 @@ def settings_from_args(args: argparse.Namespace) -> PluginSettings:
         slo_ttft_ms=args.slo_ttft_ms,
         promote_within_ms=args.promote_within_ms,
         max_batch_tokens=args.max_batch_tokens,
-        be_step_ms=be_step_ms(args),
+        **be_batching(args),
     )
     PluginSettings.from_env(settings.to_env())  # the same validation the server will apply
     load_profile(settings.profile)

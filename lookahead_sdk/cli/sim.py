@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from lookahead_sdk.base.args import add_be_step_ms, be_step_ms, port, positive_float, positive_int
+from lookahead_sdk.base.args import add_be_batching, be_batching, port, positive_float, positive_int
 from lookahead_sdk.scheduling.admission import DisaggConfig, HybridConfig
 from lookahead_sdk.scheduling.latency_model import LatencyModel
 from lookahead_sdk.scheduling.profiles import latency_profile, load_profile
@@ -47,7 +47,11 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     serve.add_argument("--context-length", type=positive_int, default=40_960)
     serve.add_argument("--default-max-tokens", type=positive_int, default=32)
     serve.add_argument("--tbt-bound-ms", type=positive_float, default=50.0)
-    add_be_step_ms(serve, HybridConfig().be_step_ms)
+    add_be_batching(
+        serve,
+        step_ms=HybridConfig().be_step_ms,
+        beside_lc_prefill=HybridConfig().be_beside_lc_prefill,
+    )
     serve.add_argument("--slo-ttft-ms", type=positive_float, default=500.0)
     serve.add_argument(
         "--truth",
@@ -68,7 +72,7 @@ def run_serve(args: argparse.Namespace) -> int:
         mode=args.mode,
         policy=args.policy,
         kv_tokens=args.kv_tokens,
-        hybrid=HybridConfig(tbt_bound_ms=args.tbt_bound_ms, be_step_ms=be_step_ms(args)),
+        hybrid=HybridConfig(tbt_bound_ms=args.tbt_bound_ms, **be_batching(args)),
         disagg=DisaggConfig(slo_ttft_ms=args.slo_ttft_ms),
     )
     truth = (

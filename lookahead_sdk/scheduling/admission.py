@@ -48,6 +48,7 @@ DeferReason = Literal[
     "batch_full",  # the batch's token budget is used up
     "lc_backlog",  # BE preempted: LC work is left over this round
     "no_slack",  # BE blocked: the LC slack budget is 0
+    "beside_lc_prefill",  # BE kept out of a batch that prefills LC work (HybridConfig)
     "nothing_to_prefill",
     "engine_declined",  # the engine admitted nothing after an Admit (memory, slots)
 ]
@@ -93,7 +94,9 @@ class HybridConfig:
     decodes and LC chunks, so an LC request that arrives while a batch runs waits at most this
     long for best-effort work (and a decoding reply's step grows by at most this much); None lets
     BE fill up to `tbt_bound_ms` (the paper's Algorithm 2), where an arrival may wait a whole
-    bound behind a warm-up chunk.
+    bound behind a warm-up chunk. `be_beside_lc_prefill`: whether BE chunks may share a batch
+    with LC prefill chunks (the paper's fill); off, an LC request's first token never waits for
+    best-effort work computed in its own batch, and BE runs in the batches around it.
     """
 
     tbt_bound_ms: float = 50.0
@@ -101,9 +104,14 @@ class HybridConfig:
     min_lc_chunk_tokens: int = 256
     promote_within_ms: float = 500.0
     be_step_ms: float | None = 15.0
+    be_beside_lc_prefill: bool = False
 
     def __post_init__(self) -> None:
         _require_positive("HybridConfig.tbt_bound_ms", self.tbt_bound_ms)
+        if not isinstance(self.be_beside_lc_prefill, bool):
+            raise ValueError(
+                f"HybridConfig.be_beside_lc_prefill must be a bool, got {self.be_beside_lc_prefill!r}"
+            )
         if self.be_step_ms is not None:
             _require_positive("HybridConfig.be_step_ms", self.be_step_ms)
         _require_positive_int("HybridConfig.max_batch_tokens", self.max_batch_tokens)
@@ -504,8 +512,10 @@ class HybridPolicy(_PolicyBase):
         )
 
     def _be_ceiling(
-        self, _now_ms: float, _lc_waiting: Sequence[RequestDescriptor], lc_features: BatchFeatures
+        self, _now_ms: float, lc_waiting: Sequence[RequestDescriptor], lc_features: BatchFeatures
     ) -> tuple[float | None, DeferReason | None]:
+        if lc_waiting and not self.config.be_beside_lc_prefill:
+            return None, "beside_lc_prefill"
         lc_ms = self.estimator.est_features_ms(lc_features)
         return _be_ceiling_ms(self.config.tbt_bound_ms, lc_ms, self.config.be_step_ms), None
 

@@ -34,6 +34,7 @@ ENV_MIN_LC_CHUNK = f"{ENV_PREFIX}MIN_LC_CHUNK_TOKENS"
 ENV_IDLE_BE_BUDGET_MS = f"{ENV_PREFIX}IDLE_BE_BUDGET_MS"
 ENV_MAX_BATCH_TOKENS = f"{ENV_PREFIX}MAX_BATCH_TOKENS"
 ENV_BE_STEP_MS = f"{ENV_PREFIX}BE_STEP_MS"
+ENV_BE_BESIDE_LC_PREFILL = f"{ENV_PREFIX}BE_BESIDE_LC_PREFILL"
 
 
 @dataclass(frozen=True, slots=True)
@@ -42,7 +43,8 @@ class PluginSettings:
     otherwise; "vanilla" is the class-blind baseline through the same hooks; "off" only carries
     metadata and counts. `max_batch_tokens`: None takes SGLang's chunked-prefill size.
     `be_step_ms`: what best-effort chunks may add to one hybrid batch (`HybridConfig.be_step_ms`;
-    None: up to the TBT bound, written 0 in the environment)."""
+    None: up to the TBT bound, written 0 in the environment); `be_beside_lc_prefill`: whether
+    they may share a batch with latency-critical prefill (written 1 or 0)."""
 
     policy: PolicyName = "auto"
     profile: str = "h100-qwen3-8b"
@@ -53,6 +55,7 @@ class PluginSettings:
     idle_be_budget_ms: float = 100.0
     max_batch_tokens: int | None = None
     be_step_ms: float | None = HybridConfig().be_step_ms
+    be_beside_lc_prefill: bool = HybridConfig().be_beside_lc_prefill
 
     def __post_init__(self) -> None:
         if self.policy not in POLICY_NAMES:
@@ -73,6 +76,9 @@ class PluginSettings:
             idle_be_budget_ms=_env_float(env, ENV_IDLE_BE_BUDGET_MS, defaults.idle_be_budget_ms),
             max_batch_tokens=None if not max_batch else _env_int(env, ENV_MAX_BATCH_TOKENS, 0),
             be_step_ms=_env_float(env, ENV_BE_STEP_MS, defaults.be_step_ms or 0.0) or None,
+            be_beside_lc_prefill=_env_flag(
+                env, ENV_BE_BESIDE_LC_PREFILL, defaults.be_beside_lc_prefill
+            ),
         )
 
     def to_env(self) -> dict[str, str]:
@@ -86,6 +92,7 @@ class PluginSettings:
             ENV_MIN_LC_CHUNK: str(self.min_lc_chunk_tokens),
             ENV_IDLE_BE_BUDGET_MS: repr(self.idle_be_budget_ms),
             ENV_BE_STEP_MS: repr(self.be_step_ms or 0.0),
+            ENV_BE_BESIDE_LC_PREFILL: "1" if self.be_beside_lc_prefill else "0",
         }
         if self.max_batch_tokens is not None:
             env[ENV_MAX_BATCH_TOKENS] = str(self.max_batch_tokens)
@@ -123,6 +130,7 @@ class PluginSettings:
                 min_lc_chunk_tokens=self.min_lc_chunk_tokens,
                 promote_within_ms=self.promote_within_ms,
                 be_step_ms=self.be_step_ms,
+                be_beside_lc_prefill=self.be_beside_lc_prefill,
             ),
         )
 
@@ -151,3 +159,12 @@ def _env_int(env: Mapping[str, str], name: str, default: int) -> int:
     if value <= 0:
         raise ValueError(f"{name} must be > 0, got {raw!r}")
     return value
+
+
+def _env_flag(env: Mapping[str, str], name: str, default: bool) -> bool:
+    raw = env.get(name)
+    if raw is None or raw == "":
+        return default
+    if raw not in ("0", "1"):
+        raise ValueError(f"{name} must be 0 or 1, got {raw!r}")
+    return raw == "1"

@@ -25,6 +25,7 @@ from lookahead_sdk.scheduling import (
 MODEL = LatencyModel(H100_QWEN3_8B)
 BOUND_MS = 50.0
 EPS = 1e-9
+PAPER_FILL = HybridConfig(tbt_bound_ms=BOUND_MS, be_step_ms=None, be_beside_lc_prefill=True)
 
 
 def lc(
@@ -71,8 +72,9 @@ def admitted_pairs(plan, waiting):
 
 
 def test_hybrid_fills_lc_first_then_be_under_the_tbt_bound() -> None:
-    """Without a BE step cap (the paper's Algorithm 2) BE fills the batch up to the bound."""
-    policy = HybridPolicy(MODEL, HybridConfig(tbt_bound_ms=BOUND_MS, be_step_ms=None))
+    """The paper's Algorithm 2 (no BE step cap, BE beside LC prefill): BE fills the batch up to
+    the bound."""
+    policy = HybridPolicy(MODEL, PAPER_FILL)
     decodes = [4000] * 4
     waiting = [be("be1", 6000, arrival=0.0), lc("lc1", 300, prefix=2000, arrival=5.0)]
     plan = policy.plan(10.0, decodes, waiting)
@@ -88,24 +90,38 @@ def test_hybrid_fills_lc_first_then_be_under_the_tbt_bound() -> None:
 
 
 def test_hybrid_be_adds_at_most_be_step_ms_to_a_batch() -> None:
-    """The default cap: BE chunks add at most `be_step_ms` to what decodes and LC take, so a
-    request arriving mid-batch waits at most that long for best-effort work."""
+    """The default cap: BE chunks add at most `be_step_ms` to what the decodes take, so a request
+    arriving mid-batch waits at most that long for best-effort work."""
     step = HybridConfig().be_step_ms
     assert step is not None
     decodes = [4000] * 4
-    waiting = [be("be1", 6000, arrival=0.0), lc("lc1", 300, prefix=2000, arrival=5.0)]
+    waiting = [be("be1", 6000)]
     capped = HybridPolicy(MODEL, HybridConfig(tbt_bound_ms=BOUND_MS)).plan(10.0, decodes, waiting)
-    uncapped = HybridPolicy(MODEL, HybridConfig(tbt_bound_ms=BOUND_MS, be_step_ms=None)).plan(
-        10.0, decodes, waiting
-    )
-    assert capped.decisions["lc1"] == uncapped.decisions["lc1"] == Admit(300, "lc")
+    uncapped = HybridPolicy(MODEL, PAPER_FILL).plan(10.0, decodes, waiting)
     chunk = capped.decisions["be1"]
     assert isinstance(chunk, Admit) and chunk.scheduled_as == "be"
     assert 0 < chunk.tokens < uncapped.admitted_tokens()["be1"]
-    lc_part = estimate(decodes, [(waiting[1], 300)])
-    assert estimate(decodes, admitted_pairs(capped, waiting)) <= lc_part + step + EPS
-    more = [(waiting[1], 300), (waiting[0], chunk.tokens + 1)]
-    assert estimate(decodes, more) > lc_part + step
+    decode_ms = estimate(decodes, [])
+    assert estimate(decodes, [(waiting[0], chunk.tokens)]) <= decode_ms + step + EPS
+    assert estimate(decodes, [(waiting[0], chunk.tokens + 1)]) > decode_ms + step
+
+
+def test_hybrid_keeps_be_out_of_a_batch_that_prefills_lc_work() -> None:
+    """By default an LC request's first token never waits for BE work in its own batch: BE runs
+    in the batches around it (beside decodes), not beside LC prefill; the paper's fill mixes
+    them. LC's own chunk is the same either way."""
+    decodes = [4000] * 4
+    waiting = [be("be1", 6000, arrival=0.0), lc("lc1", 300, prefix=2000, arrival=5.0)]
+    default = HybridPolicy(MODEL, HybridConfig(tbt_bound_ms=BOUND_MS)).plan(10.0, decodes, waiting)
+    paper = HybridPolicy(MODEL, PAPER_FILL).plan(10.0, decodes, waiting)
+    assert default.decisions["lc1"] == paper.decisions["lc1"] == Admit(300, "lc")
+    assert default.decisions["be1"] == Defer("beside_lc_prefill")
+    assert isinstance(paper.decisions["be1"], Admit)
+    # Next round, the LC request decoding: BE goes in beside the decodes.
+    after = HybridPolicy(MODEL, HybridConfig(tbt_bound_ms=BOUND_MS)).plan(
+        20.0, [*decodes, 2300], [waiting[0]]
+    )
+    assert isinstance(after.decisions["be1"], Admit)
 
 
 def test_hybrid_best_effort_alone_runs_in_batches_of_at_most_be_step_ms() -> None:
@@ -120,12 +136,14 @@ def test_hybrid_best_effort_alone_runs_in_batches_of_at_most_be_step_ms() -> Non
 
 
 def test_a_promoted_lookahead_is_not_held_to_the_be_step() -> None:
-    """A promoted lookahead is LC work: it fills up to the TBT bound like any LC chunk."""
+    """A promoted lookahead is LC work: it fills up to the TBT bound like any LC chunk, and the
+    other BE work stays out of its batch."""
     config = HybridConfig(tbt_bound_ms=BOUND_MS, be_step_ms=5.0)
-    plan = HybridPolicy(MODEL, config).plan(0.0, [], [be("warm", 8000, promoted=True)])
-    chunk = plan.decisions["warm"]
-    assert isinstance(chunk, Admit) and chunk.scheduled_as == "lc"
+    waiting = [be("warm", 2000, promoted=True), be("other", 8000)]
+    plan = HybridPolicy(MODEL, config).plan(0.0, [], waiting)
+    assert plan.decisions["warm"] == Admit(2000, "lc")
     assert plan.est_ms is not None and 5.0 < plan.est_ms <= BOUND_MS + EPS
+    assert plan.decisions["other"] == Defer("beside_lc_prefill")
 
 
 def test_lc_backlog_preempts_be_and_pauses_a_chunked_be_request() -> None:
@@ -327,6 +345,8 @@ def test_round_inputs_are_validated() -> None:
         HybridConfig(tbt_bound_ms=0)
     with pytest.raises(ValueError, match="be_step_ms"):
         HybridConfig(be_step_ms=0)
+    with pytest.raises(ValueError, match="be_beside_lc_prefill"):
+        HybridConfig(be_beside_lc_prefill="yes")  # type: ignore[arg-type]
     with pytest.raises(ValueError, match="max_batch_tokens"):
         DisaggConfig(max_batch_tokens=0)
 
@@ -369,6 +389,7 @@ def scenarios(*, max_decodes: int, max_context: int, max_prefix: int, max_remain
             ),
             "bound": st.floats(5, 200),
             "be_step": st.one_of(st.none(), st.floats(0.5, 100)),
+            "beside": st.booleans(),
             "max_tokens": st.one_of(st.integers(1, 16_384), st.just(16_384)),
             "seed": st.integers(0, 1000),
         }
@@ -405,6 +426,8 @@ def test_property_be_never_pushes_the_batch_over_the_tbt_bound_nor_adds_over_its
         if s["be_step"] is not None:
             without_be = estimate(s["decodes"], [p for p in pairs if p[0].rid not in be_admitted])
             assert total <= without_be + s["be_step"] + EPS
+        if not s["beside"]:
+            assert all(rid in be_admitted for rid in plan.admitted_tokens())
     assert plan.features.forward_tokens <= max(len(s["decodes"]), s["max_tokens"])
 
 
@@ -415,7 +438,10 @@ def scenario_policy(s: dict, *, disagg: bool) -> SlackAwarePolicy | HybridPolicy
     return HybridPolicy(
         MODEL,
         HybridConfig(
-            tbt_bound_ms=s["bound"], max_batch_tokens=s["max_tokens"], be_step_ms=s["be_step"]
+            tbt_bound_ms=s["bound"],
+            max_batch_tokens=s["max_tokens"],
+            be_step_ms=s["be_step"],
+            be_beside_lc_prefill=s["beside"],
         ),
     )
 
@@ -527,7 +553,7 @@ def test_a_lookahead_with_nothing_left_to_prefill_is_not_ranked_late(disagg: boo
     # deadline triage, it was queued after a lookahead without a deadline.
     waiting = [be("r0", 0), be("r1", 0, commit_deadline_ms=0.0)]
     s = {"now": 1.0, "decodes": [], "waiting": waiting, "bound": 5.0, "max_tokens": 16384}
-    s["be_step"] = None
+    s["be_step"], s["beside"] = None, True
     admission = scenario_policy(s, disagg=disagg).begin_round(1.0, [], waiting)
     assert not admission.infeasible
     assert [d.rid for d in admission.ordered(waiting)] == ["r1", "r0"]
@@ -536,18 +562,25 @@ def test_a_lookahead_with_nothing_left_to_prefill_is_not_ranked_late(disagg: boo
 def test_plugin_settings_carry_the_be_step_through_the_environment() -> None:
     """`sglang launch` hands settings to SGLang's processes in environment variables: the BE step
     survives the trip, 0 meaning no cap, and reaches the policy the plugin builds."""
-    from lookahead_sdk.sglang_plugin.settings import ENV_BE_STEP_MS, PluginSettings
+    from lookahead_sdk.sglang_plugin.settings import (
+        ENV_BE_BESIDE_LC_PREFILL,
+        ENV_BE_STEP_MS,
+        PluginSettings,
+    )
 
     default = PluginSettings()
     assert default.be_step_ms == HybridConfig().be_step_ms
-    for chosen in (default, PluginSettings(policy="hybrid", be_step_ms=7.5)):
+    assert default.be_beside_lc_prefill is HybridConfig().be_beside_lc_prefill
+    tuned = PluginSettings(policy="hybrid", be_step_ms=7.5, be_beside_lc_prefill=True)
+    for chosen in (default, tuned):
         assert PluginSettings.from_env(chosen.to_env()) == chosen
     uncapped = PluginSettings(policy="hybrid", be_step_ms=None)
     assert uncapped.to_env()[ENV_BE_STEP_MS] == "0.0"
     assert PluginSettings.from_env(uncapped.to_env()).be_step_ms is None
-    policy = PluginSettings(policy="hybrid", be_step_ms=7.5).build_policy(
-        disaggregated_prefill=False, engine_batch_tokens=8192
-    )
-    assert isinstance(policy, HybridPolicy) and policy.config.be_step_ms == 7.5
+    policy = tuned.build_policy(disaggregated_prefill=False, engine_batch_tokens=8192)
+    assert isinstance(policy, HybridPolicy)
+    assert (policy.config.be_step_ms, policy.config.be_beside_lc_prefill) == (7.5, True)
     with pytest.raises(ValueError, match=ENV_BE_STEP_MS):
         PluginSettings.from_env({ENV_BE_STEP_MS: "-1"})
+    with pytest.raises(ValueError, match=ENV_BE_BESIDE_LC_PREFILL):
+        PluginSettings.from_env({ENV_BE_BESIDE_LC_PREFILL: "yes"})

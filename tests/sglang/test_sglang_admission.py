@@ -20,6 +20,8 @@ from lookahead_sdk.scheduling import (
 from lookahead_sdk.sglang_plugin.state import plugin_state
 
 MODEL = LatencyModel(load_profile("h100-qwen3-8b"))
+# The paper's Algorithm 2: BE fills a batch up to the bound, beside LC prefill too.
+PAPER_FILL: dict[str, Any] = {"be_step_ms": None, "be_beside_lc_prefill": True}
 
 
 def lookahead(group: str, **extra: Any) -> dict[str, Any]:
@@ -51,7 +53,7 @@ def test_without_the_plugin_sglang_admits_best_effort_work(
 def test_tight_tbt_bound_defers_best_effort_and_admits_latency_critical(
     plugin_hooks: None, plugin_settings: Callable[..., Any]
 ) -> None:
-    plugin_settings(policy="hybrid", tbt_bound_ms=40.0)
+    plugin_settings(policy="hybrid", tbt_bound_ms=40.0, **PAPER_FILL)
     decodes = decodes_taking(45.0)
     harness = SchedulerHarness()
     harness.enqueue(make_req("be", 3000, lookahead("g")), make_req("lc", 200))
@@ -67,8 +69,9 @@ def test_tight_tbt_bound_defers_best_effort_and_admits_latency_critical(
 def test_slack_admits_best_effort_within_the_bound(
     plugin_hooks: None, plugin_settings: Callable[..., Any]
 ) -> None:
+    """The paper's fill: BE rides in the LC request's batch, in the slack the bound leaves."""
     bound = 50.0
-    plugin_settings(policy="hybrid", tbt_bound_ms=bound)
+    plugin_settings(policy="hybrid", tbt_bound_ms=bound, be_step_ms=None, be_beside_lc_prefill=True)
     harness = SchedulerHarness()
     harness.enqueue(make_req("lc", 400), make_req("be", 6000, lookahead("g")))
 
@@ -79,6 +82,25 @@ def test_slack_admits_best_effort_within_the_bound(
     assert 0 < chunks["be"][0] < 6000  # a chunk, sized to the slack
     assert est_ms(batch, []) <= bound
     assert harness.scheduler.chunked_req.rid == "be"
+
+
+def test_best_effort_waits_out_the_batch_that_prefills_an_agents_turn(
+    plugin_hooks: None, plugin_settings: Callable[..., Any]
+) -> None:
+    """By default the LC request's batch holds no BE chunk (its first token waits for none);
+    the warm-up starts in the next batch, beside the new reply's decode."""
+    plugin_settings(policy="hybrid", tbt_bound_ms=50.0)
+    harness = SchedulerHarness()
+    harness.enqueue(make_req("lc", 400), make_req("be", 6000, lookahead("g")))
+
+    batch, _ = harness.prefill_pass()
+
+    assert set(batch_chunks(batch)) == {"lc"}
+    assert harness.waiting_rids() == ["be"]
+    assert plugin_state().stats.deferred["be:beside_lc_prefill"] == 1
+    _between_passes(harness)
+    batch, _ = harness.prefill_pass(running=decoding_reqs([401]))
+    assert 0 < batch_chunks(batch)["be"][0] < 6000
 
 
 def test_best_effort_alone_runs_in_batches_of_the_be_step(
@@ -162,7 +184,7 @@ def _between_passes(harness: SchedulerHarness) -> None:
 def test_best_effort_chunk_is_parked_for_an_lc_backlog_and_resumed_after(
     plugin_hooks: None, plugin_settings: Callable[..., Any]
 ) -> None:
-    plugin_settings(policy="hybrid", tbt_bound_ms=1000.0, be_step_ms=None)
+    plugin_settings(policy="hybrid", tbt_bound_ms=1000.0, **PAPER_FILL)
     harness = SchedulerHarness(chunked_prefill_size=4096)
     harness.enqueue(make_req("be", 10000, lookahead("g")))
     batch, _ = harness.prefill_pass()
@@ -188,7 +210,7 @@ def test_lc_that_needs_the_parked_chunk_slot_forces_the_chunk_to_finish(
 ) -> None:
     """SGLang tracks one partly prefilled request: an LC request that must be cut while a BE
     chunk holds the slot waits until that chunk completes (no deadlock, no second chunk)."""
-    plugin_settings(policy="hybrid", tbt_bound_ms=1000.0, be_step_ms=None)
+    plugin_settings(policy="hybrid", tbt_bound_ms=1000.0, **PAPER_FILL)
     harness = SchedulerHarness(chunked_prefill_size=4096)
     harness.enqueue(make_req("be", 6000, lookahead("g")))
     harness.prefill_pass()
