@@ -350,6 +350,16 @@ def blocks(path: Path) -> list[Block]:
     ]
 
 
+def _run_names(sources: list[str]) -> list[tuple[str, str]]:
+    """Each source's run name: its file name without the suffix, led by its folder where two
+    sources share a name (a run beside the one it replaced, kept under history/)."""
+    stems = [Path(source).stem for source in sources]
+    return [
+        (f"{Path(source).parent.name}/{stem}" if stems.count(stem) > 1 else stem, source)
+        for stem, source in zip(stems, sources, strict=True)
+    ]
+
+
 def render(block: Block, root: Path) -> str:
     known = sorted([*RENDERERS, *RUNS_RENDERERS])
     if block.name not in known:
@@ -358,7 +368,9 @@ def render(block: Block, root: Path) -> str:
     for source in sources:
         if not (root / source).is_file():
             raise ValueError(f"{block.path}: report {block.name!r} reads {source}, missing")
-    documents = [(Path(source).stem, json.loads((root / source).read_text())) for source in sources]
+    documents = [
+        (name, json.loads((root / source).read_text())) for name, source in _run_names(sources)
+    ]
     if block.name in RUNS_RENDERERS:
         return RUNS_RENDERERS[block.name](documents)
     if len(documents) != 1:

@@ -53,6 +53,12 @@ class ForegroundRequest:
 # How long an announced model call (`ForegroundRegistry.expect`) holds best-effort work back if
 # it is never sent (the agent stopped after its tools instead).
 EXPECTED_WITHIN_S = 1.0
+# How long a program's best-effort request waits for the model call that program announced to be
+# sent first (`ForegroundRegistry.until_sent`): long enough for an agent's next request, sent
+# right after the boundary that announced it, short where that request is not seen (a model
+# client outside the session's transports).
+SEND_FIRST_WITHIN_S = 0.05
+SEND_FIRST_POLL_S = 0.001
 # Per program, the gaps between its requests (its tool calls, mostly) that forecast its next one.
 GAPS_KEPT = 16
 GAPS_TO_FORECAST = 4  # fewer observed: no forecast for that program
@@ -88,6 +94,33 @@ class ForegroundRegistry:
             raise ValueError(f"within_s must be positive seconds, got {within_s}")
         with self._lock:
             self._expected[program_id] = time.monotonic() + within_s
+
+    def announced(self, program_id: str | None) -> bool:
+        """Whether `program_id` announced a model call (`expect`) not sent yet."""
+        with self._lock:
+            self._announced()
+            return program_id in self._expected
+
+    async def until_sent(
+        self, program_id: str | None, within_s: float = SEND_FIRST_WITHIN_S
+    ) -> float:
+        """Wait (at most `within_s`) while `program_id` has an announced model call not sent
+        yet; the seconds waited. A program's best-effort request goes out after that call, so
+        a server's admission sees the agent's turn first: the warm-up of the output the turn
+        carries, started at the same boundary, would otherwise often arrive first and run a
+        chunk the turn then waits for."""
+        started = time.perf_counter()
+        # Polling, not an Event: requests are sent on other threads and event loops too.
+        while self.announced(program_id) and time.perf_counter() - started < within_s:  # noqa: ASYNC110
+            await asyncio.sleep(SEND_FIRST_POLL_S)
+        return time.perf_counter() - started
+
+    def wait_sent(self, program_id: str | None, within_s: float = SEND_FIRST_WITHIN_S) -> float:
+        """`until_sent` for a caller on a thread without an event loop."""
+        started = time.perf_counter()
+        while self.announced(program_id) and time.perf_counter() - started < within_s:
+            time.sleep(SEND_FIRST_POLL_S)
+        return time.perf_counter() - started
 
     def begin(self, program_id: str | None = None) -> ForegroundRequest:
         """A latency-critical request of `program_id` is sent; it is the one that program

@@ -24,7 +24,11 @@ import httpx
 from lookahead_sdk.base.protocol import RequestTags, WireFormat, check_wire
 from lookahead_sdk.base.tags import current_tags
 from lookahead_sdk.client.first_output import FirstOutput
-from lookahead_sdk.client.slack import counts_as_foreground, is_generation_path
+from lookahead_sdk.client.slack import (
+    ForegroundRegistry,
+    counts_as_foreground,
+    is_generation_path,
+)
 from lookahead_sdk.client.timeline import request_kind
 
 if TYPE_CHECKING:
@@ -166,6 +170,21 @@ class _Tagging:
         self.wire = check_wire(wire)
         self.session = session
 
+    def sends_after(self, request: httpx.Request) -> tuple[ForegroundRegistry, str | None] | None:
+        """For a best-effort generation request on the session's server: the registry and the
+        program whose announced model call it goes out after (`ForegroundRegistry.until_sent`)."""
+        session = self.session
+        if (
+            session is None
+            or counts_as_foreground()
+            or request.method != "POST"
+            or not is_generation_path(request.url.path)
+            or not session.counts(str(request.url))
+        ):
+            return None
+        tags = current_tags()
+        return session.foreground, tags.program_id if tags else None
+
     def prepare(self, request: httpx.Request) -> tuple[httpx.Request, list[ResponseObserver]]:
         """The tagged request, and what watches its response: its foreground count if it is
         latency-critical generation on the session's server, its timeline entry if the session
@@ -200,6 +219,8 @@ class TaggingTransport(_Tagging, httpx.BaseTransport):
         self.inner = inner or httpx.HTTPTransport()
 
     def handle_request(self, request: httpx.Request) -> httpx.Response:
+        if (after := self.sends_after(request)) is not None:
+            after[0].wait_sent(after[1])
         tagged, observers = self.prepare(request)
         if not observers:
             return self.inner.handle_request(tagged)
@@ -226,6 +247,8 @@ class AsyncTaggingTransport(_Tagging, httpx.AsyncBaseTransport):
         self.inner = inner or httpx.AsyncHTTPTransport()
 
     async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
+        if (after := self.sends_after(request)) is not None:
+            await after[0].until_sent(after[1])
         tagged, observers = self.prepare(request)
         if not observers:
             return await self.inner.handle_async_request(tagged)

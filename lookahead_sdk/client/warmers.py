@@ -64,6 +64,11 @@ class _HttpWarmer(Warmer):
     async def aclose(self) -> None:
         await self._client.aclose()
 
+    def model_call_next(self, program_id: str) -> None:
+        """Announce it to the session: this program's best-effort requests go out after it (the
+        tagging transport), and a gate holds back best-effort work until it is sent."""
+        self.session.foreground.expect(program_id)
+
     async def _post(self, path: str, body: dict[str, Any]) -> dict[str, Any]:
         response = await self._client.post(f"{self.server_url}{path}", json=body)
         response.raise_for_status()
@@ -198,10 +203,6 @@ class LlamaCppWarmer(_HttpWarmer):
         rest in one go."""
         self._branch(program_id).finishing = True
         return True
-
-    def model_call_next(self, program_id: str) -> None:
-        if self.gate is not None:
-            self.gate.foreground.expect(program_id)
 
     def live_prefix(self, program_id: str, share: float, shared_messages: int = 0) -> None:
         """The program's next warm-up starts with `share` (in tokens; its first `shared_messages`

@@ -128,3 +128,27 @@ def test_the_router_overhead_runs_table_has_a_row_per_run_counting_rounds_met() 
         "| `aaaaaaa` | 3 | 5.0-7.0 ms | +2.5 ms | 2 / 3 (<= 2 ms) | +5.0 ms |",
         "| `bbbbbbb` | 1 | 5.0-5.0 ms | +0.5 ms | 1 / 1 (<= 2 ms) | +1.0 ms |",
     ]
+
+
+def test_runs_that_share_a_file_name_are_told_apart_by_their_folder(tmp_path: Path) -> None:
+    """A run beside the one it replaced (kept under history/<commit>/, same file name) gets its
+    folder in the table; a name only one source has stays bare."""
+    results = tmp_path / "docs" / "results"
+    older = results / "history" / "abc1234"
+    older.mkdir(parents=True)
+    run = ROOT / "docs" / "results" / "ttft_4agents_sim_h200.json"
+    shutil.copy(run, results / "run.json")
+    shutil.copy(run, older / "run.json")
+    shutil.copy(run, results / "other.json")
+    page = tmp_path / "docs" / "page.md"
+    page.write_text(
+        "<!-- report: ttft-targets docs/results/history/abc1234/run.json,docs/results/run.json,"
+        "docs/results/other.json -->\n<!-- /report -->\n"
+    )
+    (tmp_path / "README.md").write_text("no tables\n")
+    run_report(tmp_path)
+    rows = page.read_text().splitlines()
+    assert any(row.startswith("abc1234/run ") for row in rows)
+    assert any(row.startswith("results/run ") for row in rows)
+    assert any(row.startswith("other ") for row in rows)
+    assert not any(row.startswith("run ") and "offload" in row for row in rows)  # the header aside

@@ -1,12 +1,14 @@
 """The scheduling benchmarks end to end, at toy sizes: JSON shapes and the direction of effects."""
 
 import argparse
+import dataclasses
 import json
 import math
 
 import pytest
 
 from lookahead_sdk.bench import estimator, sim_ttft, slo
+from lookahead_sdk.scheduling.admission import HybridConfig
 from lookahead_sdk.scheduling.measurements import MeasurementSet, save_measurements
 
 
@@ -40,10 +42,12 @@ def test_slo_bench_writes_the_issue_shape_and_protects_tbt(tmp_path) -> None:
         "slo_ttft_ms",
         "slo_tbt_ms",
         "be_loads",
+        "hybrid",
         "vanilla",
         "lookahead_aware",
     }
     assert document["be_loads"] == [0.0, 10.0]
+    assert document["hybrid"] == dataclasses.asdict(HybridConfig(tbt_bound_ms=45.0))
     for policy in ("vanilla", "lookahead_aware"):
         series = document[policy]
         assert {"lc_ttft_p99_ms", "tbt_p95_ms", "lookahead_on_time_frac"} <= set(series)

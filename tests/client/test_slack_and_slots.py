@@ -637,3 +637,59 @@ def test_what_a_warmer_finds_in_its_branch_is_the_sessions_slot_record(
     assert all(cached.ids != (4, 5) for cached in session.slots.cached_prefixes())
     unpaired.committed("q", replaced=True)
     assert list(unpaired._branch_holds("q")) == []
+
+
+async def test_best_effort_requests_go_out_after_the_model_call_their_program_announced(
+    stub_server: RecordingProxy,
+) -> None:
+    """Without a gate (a server with its own admission), a warm-up started at the boundary that
+    announced the agent's next model call reaches the server after that call, over real HTTP,
+    so the server's admission sees the turn first; another program's work is not held, and an
+    announced call that never comes holds it only `SEND_FIRST_WITHIN_S`."""
+    from lookahead_sdk import SGLangWarmer
+    from lookahead_sdk.client.slack import SEND_FIRST_WITHIN_S
+
+    session = ServerSession(stub_server.url, wire="sglang")
+    warmer = SGLangWarmer(session)
+    client = session.async_http_client()
+    url = f"{stub_server.url}/generate"
+    try:
+        warmer.model_call_next("p")
+        assert session.foreground.announced("p")
+        with use_tags(RequestTags("p").lookahead("g")):
+            warm_up = asyncio.create_task(client.post(url, json={"text": "warm-up"}))
+        with use_tags(RequestTags("q").lookahead("h")):
+            await client.post(url, json={"text": "other program"})  # not held
+        await asyncio.sleep(0.01)
+        assert not warm_up.done()
+        with use_tags(RequestTags("p")):
+            await client.post(url, json={"text": "turn"})
+        await warm_up
+        assert [b["text"] for b in stub_server.bodies("/generate")] == [
+            "other program",
+            "turn",
+            "warm-up",
+        ]
+        assert not session.foreground.announced("p")
+
+        warmer.model_call_next("p")  # announced, never sent: the hold ends by itself
+        started = time.perf_counter()
+        with use_tags(RequestTags("p").lookahead("g")):
+            await client.post(url, json={"text": "late"})
+        assert SEND_FIRST_WITHIN_S <= time.perf_counter() - started < 1.0
+        with use_tags(RequestTags("p").lookahead("g")):  # not a generation request: not held
+            await client.post(f"{stub_server.url}/v1/tokenize", json={"text": "ids"})
+    finally:
+        await client.aclose()
+        await warmer.aclose()
+
+
+def test_a_sync_client_holds_best_effort_requests_the_same_way(
+    stub_server: RecordingProxy,
+) -> None:
+    session = ServerSession(stub_server.url, wire="sglang")
+    session.foreground.expect("p")
+    with session.http_client() as client, use_tags(RequestTags("p").lookahead("g")):
+        started = time.perf_counter()
+        client.post(f"{stub_server.url}/generate", json={"text": "warm-up"})
+        assert time.perf_counter() - started >= 0.04
