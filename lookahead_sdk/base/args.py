@@ -18,7 +18,7 @@ import sys
 from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Generic, NoReturn, TypeVar
+from typing import Any, Generic, NoReturn, Protocol, TypeVar
 from urllib.parse import urlsplit
 
 T = TypeVar("T")
@@ -231,16 +231,24 @@ def add_renamed(
     return action
 
 
-def add_be_batching(
-    parser: argparse.ArgumentParser, *, step_ms: float | None, beside_lc_prefill: bool
-) -> None:
+class BeBatchingDefaults(Protocol):
+    """What `add_be_batching` takes its defaults from (a `scheduling.HybridConfig`)."""
+
+    @property
+    def be_step_ms(self) -> float | None: ...
+
+    @property
+    def be_beside_lc_prefill(self) -> bool: ...
+
+
+def add_be_batching(parser: argparse.ArgumentParser, defaults: BeBatchingDefaults) -> None:
     """How a hybrid-batching server batches best-effort (lookahead) work: `--be-step-ms` and
-    `--be-beside-lc-prefill`, with a `HybridConfig`'s defaults; read back with
-    `be_batching(args)` (keyword arguments of `HybridConfig` and `PluginSettings`)."""
+    `--be-beside-lc-prefill`, defaulting to `defaults`; read back with `be_batching(args)`
+    (keyword arguments of `HybridConfig` and `PluginSettings`)."""
     parser.add_argument(
         "--be-step-ms",
         type=non_negative_float,
-        default=step_ms or 0.0,
+        default=defaults.be_step_ms or 0.0,
         help=(
             "most that best-effort (lookahead) chunks may add to one hybrid batch, in ms: a "
             "request arriving while the batch runs waits at most this long for them (0: fill "
@@ -250,7 +258,7 @@ def add_be_batching(
     parser.add_argument(
         "--be-beside-lc-prefill",
         action=argparse.BooleanOptionalAction,
-        default=beside_lc_prefill,
+        default=defaults.be_beside_lc_prefill,
         help=(
             "let best-effort chunks share a batch with latency-critical prefill (the paper's "
             "fill; off: a foreground request's first token never waits for them)"

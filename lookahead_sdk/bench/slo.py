@@ -155,11 +155,7 @@ def register(bench_subparsers: argparse._SubParsersAction) -> None:
         default=0.9 * SLO_TBT_MS,
         help="the lookahead-aware scheduler's Est bound (below the SLO: margin for model error)",
     )
-    add_be_batching(
-        parser,
-        step_ms=HybridConfig().be_step_ms,
-        beside_lc_prefill=HybridConfig().be_beside_lc_prefill,
-    )
+    add_be_batching(parser, HybridConfig())
     parser.add_argument("--seed", type=int, default=0)
     parser.set_defaults(func=run)
 

@@ -103,11 +103,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         default=500.0,
         help="schedule a lookahead as LC once its commit deadline is this close",
     )
-    add_be_batching(
-        launch,
-        step_ms=HybridConfig().be_step_ms,
-        beside_lc_prefill=HybridConfig().be_beside_lc_prefill,
-    )
+    add_be_batching(launch, HybridConfig())
     launch.add_argument(
         "--max-batch-tokens", type=positive_int, help="default: SGLang's chunked prefill size"
     )

@@ -47,11 +47,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     serve.add_argument("--context-length", type=positive_int, default=40_960)
     serve.add_argument("--default-max-tokens", type=positive_int, default=32)
     serve.add_argument("--tbt-bound-ms", type=positive_float, default=50.0)
-    add_be_batching(
-        serve,
-        step_ms=HybridConfig().be_step_ms,
-        beside_lc_prefill=HybridConfig().be_beside_lc_prefill,
-    )
+    add_be_batching(serve, HybridConfig())
     serve.add_argument("--slo-ttft-ms", type=positive_float, default=500.0)
     serve.add_argument(
         "--truth",
