@@ -68,6 +68,8 @@ POOLED_COUNTS = (
     "prefilled_prompt_tokens",
     "wasted_prompt_tokens",
     "regrown_lookaheads",
+    "standby_commits",
+    "deferred_starts",
     "resized_commits",
 )
 
@@ -92,6 +94,8 @@ class RunResult:
     prefilled_prompt_tokens: int = 0  # all prompt tokens the engine computed, background included
     wasted_prompt_tokens: int = 0  # background tokens of lookaheads that were never committed
     regrown_lookaheads: int = 0  # ready results redone as the history's growth moved off
+    standby_commits: int = 0  # commits that took a redone result's predecessor, not waiting
+    deferred_starts: int = 0  # boundaries at which a due lookahead started later (would not fit)
     resized_commits: int = 0  # commits resized to a synchronous commit's size
     wall_s: float = 0.0
     # Where the turns' TTFTs went, summed per turn kind ("normal", "transform") and cause
@@ -155,6 +159,8 @@ class RunResult:
         self.extra_prompt_tokens += stats.background_prompt_tokens
         self.wasted_prompt_tokens += stats.wasted_prompt_tokens
         self.regrown_lookaheads += stats.regrown_lookaheads
+        self.standby_commits += stats.standby_commits
+        self.deferred_starts += stats.deferred_starts
         self.resized_commits += stats.resized_commits
         self.prefilled_prompt_tokens += stats.background_prompt_tokens + stats.sync_prompt_tokens
 

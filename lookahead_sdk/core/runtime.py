@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import copy
 import logging
 import statistics
 import time
@@ -67,6 +68,9 @@ RESIZED_SUFFIX = "resized: the suffix holds what the transform rewrites"
 # A result redone to the synchronous size must be ready before the commit with this margin over
 # the time the last lookahead took (background work waits for slack and yields to foreground).
 REDO_MARGIN = 2.0
+# A lookahead whose start is deferred (`_defers_start`) keeps at least this many average turns
+# between its start and the commit (LimitTriggered's default lead).
+MIN_DEFERRED_LEAD_TURNS = 3.0
 
 
 class CommitKind(StrEnum):
@@ -119,6 +123,12 @@ class RuntimeStats:
     # once more, or the synchronous transform instead).
     regrown_lookaheads: int = 0
     resized_commits: int = 0
+    # Commits that took the ready result a redo was replacing (it still fit) instead of waiting
+    # for the redo's transform.
+    standby_commits: int = 0
+    # Boundaries at which a due lookahead was not started yet: started then, it would have kept
+    # none of the history and committed larger than a synchronous commit (`_defers_start`).
+    deferred_starts: int = 0
     waited_s: float = 0.0
     background_prompt_tokens: int = 0  # uncached prompt tokens of lookahead LLM calls + warm-ups
     background_completion_tokens: int = 0
@@ -202,6 +212,8 @@ class LookaheadRuntime:
         self._spent_by_group: dict[str, int] = {}
         self._growth = GrowthRate()
         self._lookahead_job_s: float | None = None  # the newest finished lookahead, start to warm
+        # The ready result a running redo replaces, and the background tokens it had cost.
+        self._standby: tuple[LookaheadState, int] | None = None
         self._spawned_at: bytes | None = None  # history signature at a spawn-mode commit
         self._hooks: Warmer = config.warmer or NO_WARMER
         if self.mode == "lookahead":
@@ -333,6 +345,7 @@ class LookaheadRuntime:
                 )
             )
         self._drop_if_stale()
+        await self._take_standby_if_it_fits()
         waited = await self._resolve_running_job()
         if (
             lookahead.status is LookaheadStatus.READY
@@ -358,11 +371,7 @@ class LookaheadRuntime:
             # Up to a turn more or less than a synchronous commit keeps is committed as it is.
             misfit = self._growth_misfit(at_commit=True)
             slack = self._one_turn_tokens()
-            assembled = self._probe(messages)
-            overflow = self._target.transforms_overflow() and self.policy.should_commit(
-                assembled, LookaheadState()
-            )
-            rewrite = self._target.transforms_overflow() and self.policy.rewrites_suffix(assembled)
+            overflow, rewrite = self._hit_transforms(messages)
             if overflow or rewrite or misfit > slack:
                 # The suffix that arrived since the snapshot kept the context over the limit,
                 # holds what a synchronous commit rewrites, or is larger than a synchronous
@@ -418,6 +427,53 @@ class LookaheadRuntime:
                 transform_prompt_tokens=tokens,
             )
         )
+
+    def _hit_transforms(self, messages: list[Message]) -> tuple[bool, bool]:
+        """Whether a hit's assembled context is transformed once more at the commit: it is
+        still over the limit (overflow), or holds what a synchronous commit rewrites."""
+        if not self._target.transforms_overflow():
+            return False, False
+        assembled = self._probe(messages)
+        return (
+            self.policy.should_commit(assembled, LookaheadState()),
+            self.policy.rewrites_suffix(assembled),
+        )
+
+    async def _take_standby_if_it_fits(self) -> None:
+        """At commit time, while a redo of a ready result (`_regrow_pays`) has not finished its
+        transform: commit the result it replaces if that one still covers the history, keeps
+        within a turn of what a synchronous commit keeps, and needs no transform at the commit;
+        waiting for the redo (a summary's decode) would cost the turn more than prefilling the
+        older result, whose warm-up may have been overwritten by the redo's."""
+        standby, lookahead = self._standby, self.lookahead
+        if standby is None or lookahead.status not in (
+            LookaheadStatus.RUNNING,
+            LookaheadStatus.FAILED,
+        ):
+            return
+        result, spent = standby
+        if result.messages is None or not result.covers(self.main):
+            return
+        if abs(self._growth_misfit(at_commit=True, lookahead=result)) > self._one_turn_tokens():
+            return
+        messages = self.policy.assemble(
+            TransformResult(list(result.messages), dict(result.strategy_data)),
+            self.main.messages[result.last_segment_end :],
+        )
+        if any(self._hit_transforms(messages)):
+            return
+        redo = lookahead.group_id
+        await self._cancel_job()
+        if redo is not None:
+            # The redo's own tokens are wasted; what the result it replaces cost is not.
+            self._spent_by_group[redo] = self._spent_by_group.get(redo, 0) - spent
+            self._waste(redo)
+            self._hooks.lookahead_ended(redo)
+        if result.group_id is not None:
+            self._spent_by_group[result.group_id] = spent
+        lookahead.take_over(result)
+        self._standby = None
+        self.stats.standby_commits += 1
 
     def _probe(self, messages: list[Message]) -> MainState:
         """`messages` as a history of this runtime's window, for asking the policy about it."""
@@ -478,6 +534,7 @@ class LookaheadRuntime:
         )
         self._pending_boundary = False
         self._commit_due_at = None
+        self._standby = None
         self.stats.commits += 1
         if lookahead.group_id:
             self._hooks.lookahead_ended(lookahead.group_id)
@@ -560,15 +617,21 @@ class LookaheadRuntime:
             # While the tools of a commit decided ahead run, warming the model's turn still pays.
             return
         if self.policy.should_lookahead(main, lookahead):
-            self._start_lookahead(main.snapshot())
+            if self._defers_start():
+                self.stats.deferred_starts += 1
+            else:
+                self._start_lookahead(main.snapshot())
         elif (
             lookahead.status is LookaheadStatus.READY
             and not self.commit_due
             and self._regrow_pays()
         ):
-            # Redone now, in the background, rather than resized on the commit's critical path.
+            # Redone now, in the background, rather than resized on the commit's critical path;
+            # kept until the redo's result is ready, in case the commit comes first.
             self.stats.regrown_lookaheads += 1
+            standby = (copy.copy(lookahead), self._spent_by_group.get(lookahead.group_id or "", 0))
             self._start_lookahead(main.snapshot())
+            self._standby = standby
         elif lookahead.status is LookaheadStatus.READY and self._suffix_to_warm():
             self._run_job(self._warm(lookahead.group_id or ""))
         elif (
@@ -580,6 +643,7 @@ class LookaheadRuntime:
                 self._run_job(self._fork_live())
 
     def _start_lookahead(self, snapshot: Snapshot) -> None:
+        self._standby = None
         group_id = f"{self.program_id}:{self.policy.name}:s{self.main.turn}:{self.stats.lookaheads_started}"
         previous = self.lookahead.group_id
         if previous is not None:
@@ -634,6 +698,7 @@ class LookaheadRuntime:
             if lookahead.group_id != group_id or lookahead.status is not LookaheadStatus.RUNNING:
                 return
             lookahead.ready(result.messages, result.data)
+            self._standby = None
             if not lookahead.promoted:  # promoted: the commit is waiting and prefills it itself
                 await self._warm(group_id)
                 self._lookahead_job_s = self.clock() - started
@@ -731,12 +796,13 @@ class LookaheadRuntime:
         if group_id is not None:
             self.stats.wasted_prompt_tokens += self._spent_by_group.pop(group_id, 0)
 
-    def _growth_misfit(self, *, at_commit: bool) -> int:
+    def _growth_misfit(self, *, at_commit: bool, lookahead: LookaheadState | None = None) -> int:
         """Tokens the ready result + suffix keeps verbatim beyond (> 0) or short of (< 0) what a
         commit would keep: a synchronous one now (`at_commit`), else a lookahead started now,
         sized for the growth still expected (what the result will keep against what a
-        synchronous commit will). 0 for a policy without `kept_from`."""
-        lookahead = self.lookahead
+        synchronous commit will). 0 for a policy without `kept_from`. `lookahead`: another
+        ready result than the current one."""
+        lookahead = self.lookahead if lookahead is None else lookahead
         if lookahead.status is not LookaheadStatus.READY or lookahead.kept_from is None:
             return 0
         should_keep_from = self._kept_from_now(synchronous=at_commit)
@@ -814,6 +880,32 @@ class LookaheadRuntime:
             and until_commit_ms is not None
             and until_commit_ms / 1000 >= REDO_MARGIN * self._lookahead_job_s
         )
+
+    def _defers_start(self) -> bool:
+        """Whether a lookahead due now starts at a later boundary: started now, it would keep
+        none of the history (the growth expected before its commit is more than a commit keeps
+        verbatim), so its commit would keep over half a turn more than a synchronous one and it
+        would be redone on the way (a summary twice, the second maybe not in time). Deferred
+        while the turn after this one still leaves `MIN_DEFERRED_LEAD_TURNS` average turns before
+        the commit and, once a lookahead has been timed, `REDO_MARGIN` times its duration."""
+        kept_from = self._kept_from_now(synchronous=False)
+        turns = self.main.recent_turn_tokens
+        if kept_from is None or kept_from < len(self.main) or not turns:
+            return False
+        synchronous_from = self._kept_from_now(synchronous=True)
+        if synchronous_from is None:
+            return False
+        growth = self._expected_growth_until_commit()
+        if growth - self.main.tokens_between(synchronous_from) <= self._one_turn_tokens() / 2:
+            return False
+        mean = statistics.fmean(turns)
+        left_after_next_turn = growth - mean
+        if left_after_next_turn < MIN_DEFERRED_LEAD_TURNS * mean:
+            return False
+        if self._lookahead_job_s is None:
+            return True
+        seconds = self._growth.seconds_until(round(left_after_next_turn))
+        return seconds is not None and seconds >= REDO_MARGIN * self._lookahead_job_s
 
     def _one_turn_tokens(self) -> int:
         """The slack a lookahead commit has against a synchronous one: one turn, as large as the

@@ -5,7 +5,7 @@ from __future__ import annotations
 import time
 from collections import deque
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from enum import StrEnum
 from typing import Any
 
@@ -412,6 +412,19 @@ class LookaheadState:
         self.covered_signature = covered_signature
         self.group_id = group_id
         self.strategy_data = dict(strategy_data)
+
+    def take_over(self, standby: LookaheadState) -> None:
+        """A ready result kept while its redo ran replaces the redo (running or failed), the
+        commit taking it rather than waiting. Not warmed any more: the redo's work may have
+        overwritten what its warm-up left on the server."""
+        if self.status not in (LookaheadStatus.RUNNING, LookaheadStatus.FAILED):
+            raise StateError(f"only a running or failed redo can be taken over, not {self.status}")
+        if standby.status is not LookaheadStatus.READY or standby.messages is None:
+            raise StateError(f"a standby result must be ready, not {standby.status}")
+        for name in (f.name for f in fields(self)):
+            setattr(self, name, getattr(standby, name))
+        self.warmed_end = None
+        self.error = None
 
     def covers(self, main: MainState) -> bool:
         """The covered prefix is still exactly the start of the live history."""

@@ -9,6 +9,7 @@ import json
 import random
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 import pytest
 from hypothesis import given, settings
@@ -17,6 +18,7 @@ from hypothesis import strategies as st
 from lookahead_sdk import CommitKind, LookaheadRuntime, TransformContext
 from lookahead_sdk.base.completion import Completion
 from lookahead_sdk.base.messages import Message
+from lookahead_sdk.base.tags import current_work
 from lookahead_sdk.base.tokens import count_message
 from lookahead_sdk.core.policy import ContextPolicy
 from lookahead_sdk.core.state import LookaheadStatus
@@ -46,6 +48,10 @@ class Run:
     commits: int = 0
     hits: int = 0
     regrown: int = 0  # ready results redone as the history grew
+    deferred: int = 0  # boundaries at which a due lookahead was not started yet
+    standby: int = 0  # commits that took the result a running redo replaces
+    summaries_cancelled: int = 0  # hung summaries cancelled (a `HangingSummarizer`)
+    waits: list[float] = field(default_factory=list)  # per commit: how long it waited
     kinds: list[CommitKind] = field(default_factory=list)
     # Per commit: tokens committed, and what the synchronous transform of the same live history
     # leaves (measured on the side, from the policy alone).
@@ -71,21 +77,69 @@ class SlowSummarizer(FakeSummarizer):
         return await super().complete(messages, max_tokens=max_tokens, temperature=temperature)
 
 
+class HangingSummarizer(FakeSummarizer):
+    """The `hang_call`-th lookahead summary never answers until cancelled: a summary still
+    decoding. Synchronous summaries (the commit's fallback) always answer."""
+
+    def __init__(self, hang_call: int) -> None:
+        super().__init__()
+        self.hang_call = hang_call
+        self.calls = 0
+        self.cancelled = 0
+        self.hanging = asyncio.Event()
+
+    async def complete(
+        self, messages: Sequence[Message], *, max_tokens: int, temperature: float
+    ) -> Completion:
+        self.calls += current_work() is not None
+        if current_work() is not None and self.calls == self.hang_call:
+            self.hanging.set()
+            try:
+                await asyncio.Event().wait()
+            except asyncio.CancelledError:
+                self.cancelled += 1
+                raise
+            finally:
+                self.hanging.clear()
+        return await super().complete(messages, max_tokens=max_tokens, temperature=temperature)
+
+
+async def settle(runtime: LookaheadRuntime, summarizer: FakeSummarizer) -> None:
+    """Wait for the background work, or until a summary hangs."""
+    if not isinstance(summarizer, HangingSummarizer):
+        await runtime.settle()
+        return
+    settled = asyncio.ensure_future(runtime.settle())
+    hanging = asyncio.ensure_future(summarizer.hanging.wait())
+    await asyncio.wait({settled, hanging}, return_when=asyncio.FIRST_COMPLETED)
+    for waiter in (settled, hanging):
+        waiter.cancel()
+
+
 async def run(
-    policy: ContextPolicy, mode: str, outputs: list[int], *, summary_s: float = 0.0
+    policy: ContextPolicy,
+    mode: str,
+    outputs: list[int],
+    *,
+    summary_s: float = 0.0,
+    summarizer: FakeSummarizer | None = None,
+    **overrides: Any,
 ) -> Run:
-    """The reference loop's boundary sequence, background work finishing between boundaries;
-    in virtual time, a second per boundary (a model turn, a tool call), background work none
-    (a summary `summary_s`)."""
+    """The reference loop's boundary sequence, background work finishing between boundaries
+    (or hanging, with a `HangingSummarizer`); in virtual time, a second per boundary (a model
+    turn, a tool call), background work none (a summary `summary_s`). `overrides`: runtime
+    config fields."""
     result = Run()
     clock = VirtualClock()
+    summarizer = summarizer or SlowSummarizer(clock, summary_s)
     async with LookaheadRuntime(
         policy,
         mode=mode,
         messages=START,
         window_tokens=WINDOW,
         token_counter=COUNTER,
-        summarizer=SlowSummarizer(clock, summary_s),
+        summarizer=summarizer,
+        **overrides,
     ) as runtime:
         runtime.clock = clock
         for step, size in enumerate(outputs):
@@ -93,6 +147,7 @@ async def run(
             outcome = await runtime.commit()
             if outcome.committed:
                 result.kinds.append(outcome.kind)
+                result.waits.append(outcome.waited_s)
                 ctx = TransformContext(
                     token_counter=COUNTER,
                     window_tokens=WINDOW,
@@ -107,10 +162,14 @@ async def run(
                 clock.now += 1.0
                 runtime.append(message)
                 await runtime.boundary()
-                await runtime.settle()
+                await settle(runtime, summarizer)
         result.commits = runtime.stats.commits
         result.hits = runtime.stats.hits
         result.regrown = runtime.stats.regrown_lookaheads
+        result.deferred = runtime.stats.deferred_starts
+        result.standby = runtime.stats.standby_commits
+    if isinstance(summarizer, HangingSummarizer):
+        result.summaries_cancelled = summarizer.cancelled
     return result
 
 
@@ -245,3 +304,101 @@ def test_a_result_that_kept_nothing_is_not_redone_when_a_redo_would_not_be_ready
     assert looked.hits == looked.commits >= 2
     over = [committed - synchronous for committed, synchronous in looked.sizes]
     assert all(0 < extra <= looked.largest_turn for extra in over), over
+
+
+def test_a_lookahead_that_would_keep_none_of_the_history_starts_later_and_needs_no_redo() -> None:
+    """The soft trigger fires more growth ahead of the commit than the recent budget holds (the
+    paper's 11K / 15K / 4K of a 32K window): a summary started then would keep none of the
+    history and commit over half a turn larger than a synchronous one, so it would be redone.
+    It starts at the first boundary where it fits instead: one summary, a hit of the
+    synchronous size."""
+    policy = Summarize(lookahead_at=2400, hard_limit=4000, recent_budget=1200)
+    looked = asyncio.run(run(policy, "lookahead", [120] * 40))
+    synced = asyncio.run(run(policy, "sync", [120] * 40))
+    assert looked.deferred >= 1
+    assert looked.regrown == 0
+    assert looked.commits == synced.commits >= 1 and looked.hits == looked.commits
+    for committed, synchronous in looked.sizes:
+        assert abs(committed - synchronous) <= looked.largest_turn
+
+
+def test_a_start_is_not_deferred_past_what_the_last_lookahead_took() -> None:
+    """Once a lookahead has been timed, a start is deferred only while twice that duration is
+    left before the commit at the history's growth rate: a slow summary starts when due."""
+
+    async def first_deferral(job_s: float | None) -> tuple[int, LookaheadStatus]:
+        policy = Summarize(lookahead_at=2400, hard_limit=4000, recent_budget=1200)
+        clock = VirtualClock()
+        async with LookaheadRuntime(
+            policy,
+            messages=START,
+            window_tokens=WINDOW,
+            token_counter=COUNTER,
+            summarizer=FakeSummarizer(),
+        ) as runtime:
+            runtime.clock = clock
+            runtime._lookahead_job_s = job_s  # as if an earlier lookahead had taken that long
+            step = 0
+            while runtime.lookahead.status is LookaheadStatus.IDLE and step < 40:
+                for message in (model_turn(step), tool_output(step, 120)):
+                    clock.now += 1.0
+                    runtime.append(message)
+                    await runtime.boundary()
+                    await runtime.settle()
+                step += 1
+            return runtime.stats.deferred_starts, runtime.lookahead.status
+
+    deferred, status = asyncio.run(first_deferral(None))
+    assert deferred >= 1 and status is LookaheadStatus.READY
+    # Growth here is ~65 tokens a second: a lookahead that took 1,000 s leaves no time to wait.
+    deferred, status = asyncio.run(first_deferral(1000.0))
+    assert deferred == 0 and status is LookaheadStatus.READY
+
+
+def test_a_commit_takes_the_ready_result_a_hung_redo_replaces_when_it_still_fits() -> None:
+    """Small reads, then larger ones once the first summary is ready: it is redone, and the redo
+    (the second summary) is still decoding at the commit. The first one still keeps within a
+    turn of a synchronous commit, so the commit takes it at once: a hit, no wait, the redo
+    cancelled. (Before, the commit waited for the redo: on a simulated H100 with 4-16 agents
+    such waits were 1.5-4.9 s, longer than the synchronous summary.)"""
+    looked = asyncio.run(
+        run(
+            policy_named("summarize", True),
+            "lookahead",
+            [60] * 15 + [400] * 10,
+            summarizer=HangingSummarizer(hang_call=2),
+            commit_wait_timeout_s=0.05,
+        )
+    )
+    assert looked.regrown >= 1 and looked.standby == 1
+    assert looked.kinds[0] is CommitKind.HIT and looked.waits[0] == 0.0
+    assert looked.summaries_cancelled == 1
+    committed, synchronous = looked.sizes[0]
+    assert abs(committed - synchronous) <= looked.largest_turn
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    outputs=st.lists(st.sampled_from(OUTPUT_SIZES), min_size=10, max_size=60),
+    hang_call=st.integers(min_value=1, max_value=5),
+)
+def test_with_any_summary_hung_every_commit_is_the_synchronous_size_and_none_waits_for_it(
+    outputs: list[int], hang_call: int
+) -> None:
+    """Whichever lookahead's summary never finishes (the first one's, a redo's): each commit is within a turn of the synchronous size; one that
+    took a redo's predecessor is a hit that did not wait; a hung summary is cancelled, never
+    left running."""
+    looked = asyncio.run(
+        run(
+            policy_named("summarize", True),
+            "lookahead",
+            outputs,
+            summarizer=HangingSummarizer(hang_call),
+            commit_wait_timeout_s=0.05,
+        )
+    )
+    for committed, synchronous in looked.sizes:
+        assert abs(committed - synchronous) <= looked.largest_turn, looked.sizes
+    assert looked.standby <= looked.hits
+    if looked.standby:
+        assert looked.summaries_cancelled == 1

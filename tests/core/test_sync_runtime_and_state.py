@@ -181,3 +181,30 @@ async def test_a_restored_result_warms_the_suffix_that_arrives_after_it(approx_c
         third.load_state(saved)
     assert third.lookahead.status is LookaheadStatus.IDLE
     await third.aclose()
+
+
+def test_a_standby_result_takes_over_only_from_a_running_or_failed_redo() -> None:
+    from lookahead_sdk import StateError
+    from lookahead_sdk.core.state import LookaheadState, LookaheadStatus, MainState
+
+    main = MainState(
+        [{"role": "system", "content": "s"}, {"role": "user", "content": "u"}],
+        window_tokens=1000,
+    )
+    standby = LookaheadState()
+    standby.start(main.snapshot(), "g:0", kept_from=2)
+    standby.ready([{"role": "user", "content": "summary"}], {"summary": "x"})
+    standby.warmed(2)
+    redo = LookaheadState()
+    redo.start(main.snapshot(), "g:1", kept_from=2)
+    redo.take_over(standby)
+    assert redo.status is LookaheadStatus.READY and redo.group_id == "g:0"
+    assert redo.messages == standby.messages and redo.kept_from == 2
+    assert redo.warmed_end is None  # the redo may have overwritten what its warm-up left
+    with pytest.raises(StateError, match="running or failed"):
+        redo.take_over(standby)  # a ready result is not a redo
+    idle = LookaheadState()
+    idle.start(main.snapshot(), "g:2")
+    with pytest.raises(StateError, match="must be ready"):
+        idle.take_over(LookaheadState())
+    assert idle.status is LookaheadStatus.RUNNING and idle.group_id == "g:2"
