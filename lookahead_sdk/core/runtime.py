@@ -353,8 +353,7 @@ class LookaheadRuntime:
             and lookahead.messages is not None
         ):
             end = lookahead.last_segment_end
-            result = TransformResult(list(lookahead.messages), dict(lookahead.strategy_data))
-            messages = self.policy.assemble(result, main.messages[end:])
+            messages = self._committed_as_is(lookahead)
             warmed_end = lookahead.warmed_end
             outcome = CommitOutcome(
                 CommitKind.HIT,
@@ -428,6 +427,14 @@ class LookaheadRuntime:
             )
         )
 
+    def _committed_as_is(self, lookahead: LookaheadState) -> list[Message]:
+        """A ready result with the suffix that arrived since its snapshot: what a hit commits
+        unless it is resized. (Callers check that it has a result.)"""
+        return self.policy.assemble(
+            TransformResult(list(lookahead.messages or ()), dict(lookahead.strategy_data)),
+            self.main.messages[lookahead.last_segment_end :],
+        )
+
     def _hit_transforms(self, messages: list[Message]) -> tuple[bool, bool]:
         """Whether a hit's assembled context is transformed once more at the commit: it is
         still over the limit (overflow), or holds what a synchronous commit rewrites."""
@@ -456,11 +463,7 @@ class LookaheadRuntime:
             return
         if abs(self._growth_misfit(at_commit=True, lookahead=result)) > self._one_turn_tokens():
             return
-        messages = self.policy.assemble(
-            TransformResult(list(result.messages), dict(result.strategy_data)),
-            self.main.messages[result.last_segment_end :],
-        )
-        if any(self._hit_transforms(messages)):
+        if any(self._hit_transforms(self._committed_as_is(result))):
             return
         redo = lookahead.group_id
         await self._cancel_job()

@@ -91,8 +91,9 @@ class HangingSummarizer(FakeSummarizer):
     async def complete(
         self, messages: Sequence[Message], *, max_tokens: int, temperature: float
     ) -> Completion:
-        self.calls += current_work() is not None
-        if current_work() is not None and self.calls == self.hang_call:
+        in_lookahead = current_work() is not None
+        self.calls += in_lookahead
+        if in_lookahead and self.calls == self.hang_call:
             self.hanging.set()
             try:
                 await asyncio.Event().wait()

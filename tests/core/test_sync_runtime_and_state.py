@@ -6,7 +6,15 @@ import time
 
 import pytest
 
-from lookahead_sdk import CommitKind, LookaheadRuntime, LookaheadStatus, RequestTags, use_tags
+from lookahead_sdk import (
+    CommitKind,
+    LookaheadRuntime,
+    LookaheadStatus,
+    RequestTags,
+    StateError,
+    use_tags,
+)
+from lookahead_sdk.core.state import LookaheadState, MainState
 from lookahead_sdk.core.sync_runtime import SyncLookaheadRuntime
 
 from .policies import CountingPolicy, RecordingWarmer, drop_middle, user
@@ -184,9 +192,6 @@ async def test_a_restored_result_warms_the_suffix_that_arrives_after_it(approx_c
 
 
 def test_a_standby_result_takes_over_only_from_a_running_or_failed_redo() -> None:
-    from lookahead_sdk import StateError
-    from lookahead_sdk.core.state import LookaheadState, LookaheadStatus, MainState
-
     main = MainState(
         [{"role": "system", "content": "s"}, {"role": "user", "content": "u"}],
         window_tokens=1000,
