@@ -34,7 +34,7 @@ from enum import StrEnum
 from typing import Any, ClassVar
 
 from lookahead_sdk.base.completion import CompletionClient
-from lookahead_sdk.base.messages import Message, calls_tools, validate_messages
+from lookahead_sdk.base.messages import Message, atomic_groups, calls_tools, validate_messages
 from lookahead_sdk.base.protocol import RequestTags, check_id
 from lookahead_sdk.base.tags import current_tags, doing, use_tags
 from lookahead_sdk.base.tokens import count_message
@@ -367,11 +367,13 @@ class LookaheadRuntime:
                 ),
                 cold=warmed_end is None,
             )
-            # Up to a turn more or less than a synchronous commit keeps is committed as it is.
+            # Up to a turn (or one whole older turn) more, or a turn less, than a synchronous
+            # commit keeps is committed as it is.
             misfit = self._growth_misfit(at_commit=True)
             slack = self._one_turn_tokens()
             overflow, rewrite = self._hit_transforms(messages)
-            if overflow or rewrite or misfit > slack:
+            too_large = misfit > slack and not self._keeps_one_turn_more(lookahead)
+            if overflow or rewrite or too_large:
                 # The suffix that arrived since the snapshot kept the context over the limit,
                 # holds what a synchronous commit rewrites, or is larger than a synchronous
                 # commit leaves: the assembled context is transformed once more (the result's
@@ -381,7 +383,7 @@ class LookaheadRuntime:
                 self.stats.resized_commits += not overflow
                 if overflow:
                     reason = "overflow"
-                elif misfit > slack:
+                elif too_large:
                     reason = "resized: more growth than expected"
                 else:
                     reason = RESIZED_SUFFIX
@@ -449,7 +451,8 @@ class LookaheadRuntime:
     async def _take_standby_if_it_fits(self) -> None:
         """At commit time, while a redo of a ready result (`_regrow_pays`) has not finished its
         transform: commit the result it replaces if that one still covers the history, keeps
-        within a turn of what a synchronous commit keeps, and needs no transform at the commit;
+        within a turn of what a synchronous commit keeps (or one whole turn more, as a hit may),
+        and needs no transform at the commit;
         waiting for the redo (a summary's decode) would cost the turn more than prefilling the
         older result, whose warm-up may have been overwritten by the redo's."""
         standby, lookahead = self._standby, self.lookahead
@@ -461,7 +464,10 @@ class LookaheadRuntime:
         result, spent = standby
         if result.messages is None or not result.covers(self.main):
             return
-        if abs(self._growth_misfit(at_commit=True, lookahead=result)) > self._one_turn_tokens():
+        misfit = self._growth_misfit(at_commit=True, lookahead=result)
+        if misfit < -self._one_turn_tokens() or (
+            misfit > self._one_turn_tokens() and not self._keeps_one_turn_more(result)
+        ):
             return
         if any(self._hit_transforms(self._committed_as_is(result))):
             return
@@ -815,6 +821,22 @@ class LookaheadRuntime:
         if kept_from <= should_keep_from:
             return self.main.tokens_between(kept_from, should_keep_from)
         return -self.main.tokens_between(should_keep_from, kept_from)
+
+    def _keeps_one_turn_more(self, lookahead: LookaheadState) -> bool:
+        """Whether a ready result keeps verbatim exactly one whole turn (a tool-call group) more
+        than a synchronous commit now would, no larger than twice the turn slack: one segment
+        of slack. Resizing it instead drops that turn from the front of the kept suffix, which
+        shifts everything after the head: the commit prefills the whole context again, as a
+        synchronous one does (a KeepRecent commit one token over the turn slack, traced). A
+        larger turn (an old burst) is dropped: kept, it would bring the next commit turns
+        sooner, before its lookahead starts."""
+        kept_from = lookahead.kept_from
+        should_keep_from = self._kept_from_now(synchronous=True)
+        if kept_from is None or should_keep_from is None or kept_from >= should_keep_from:
+            return False
+        groups = atomic_groups(self.main.messages[:should_keep_from], kept_from)
+        extra = self.main.tokens_between(kept_from, should_keep_from)
+        return len(groups) == 1 and extra <= 2 * self._one_turn_tokens()
 
     def _kept_from_now(self, *, synchronous: bool) -> int | None:
         """Where the suffix a commit would keep verbatim begins, from the live history: a

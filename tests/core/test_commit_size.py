@@ -50,6 +50,7 @@ class Run:
     regrown: int = 0  # ready results redone as the history grew
     deferred: int = 0  # boundaries at which a due lookahead was not started yet
     standby: int = 0  # commits that took the result a running redo replaces
+    resized: int = 0  # hits transformed once more at the commit
     summaries_cancelled: int = 0  # hung summaries cancelled (a `HangingSummarizer`)
     waits: list[float] = field(default_factory=list)  # per commit: how long it waited
     kinds: list[CommitKind] = field(default_factory=list)
@@ -169,6 +170,7 @@ async def run(
         result.regrown = runtime.stats.regrown_lookaheads
         result.deferred = runtime.stats.deferred_starts
         result.standby = runtime.stats.standby_commits
+        result.resized = runtime.stats.resized_commits
     if isinstance(summarizer, HangingSummarizer):
         result.summaries_cancelled = summarizer.cancelled
     return result
@@ -231,6 +233,23 @@ def test_a_result_made_turns_before_the_commit_is_redone_when_growth_changes(
     assert looked.kinds and all(kind is CommitKind.HIT for kind in looked.kinds)
     for committed, synchronous in looked.sizes:
         assert abs(committed - synchronous) <= looked.largest_turn
+
+
+def test_a_hit_that_keeps_one_whole_turn_more_than_a_synchronous_commit_is_not_resized() -> None:
+    """One segment of slack: the third commit of this run finds its ready result keeping one
+    older turn (260 tokens) more than a synchronous commit would, over the turn slack (the
+    largest recent turn, 254). Resizing it would drop that turn from the front of the kept
+    suffix and prefill the whole context again, as a synchronous commit does (traced on the
+    embedded engine: a KeepRecent commit one token over the slack took as long as a synchronous
+    one). It is committed as it is, and the run still makes the synchronous run's commits."""
+    draw = random.Random(221)
+    outputs = [draw.choice((60, 120, 250)) for _ in range(60)]
+    looked = asyncio.run(run(policy_named("keep_recent", True), "lookahead", outputs))
+    synced = asyncio.run(run(policy_named("keep_recent", True), "sync", outputs))
+    assert looked.kinds == [CommitKind.HIT] * synced.commits
+    assert looked.resized == 0
+    over = [committed - synchronous for committed, synchronous in looked.sizes]
+    assert max(over) == 260 <= looked.largest_turn, looked.sizes
 
 
 def test_a_saved_ready_result_keeps_where_its_kept_suffix_begins() -> None:
