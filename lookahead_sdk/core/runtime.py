@@ -372,7 +372,7 @@ class LookaheadRuntime:
             misfit = self._growth_misfit(at_commit=True)
             slack = self._one_turn_tokens()
             overflow, rewrite = self._hit_transforms(messages)
-            too_large = misfit > slack and not self._keeps_one_turn_more(lookahead)
+            too_large = self._keeps_too_much(lookahead, misfit)
             if overflow or rewrite or too_large:
                 # The suffix that arrived since the snapshot kept the context over the limit,
                 # holds what a synchronous commit rewrites, or is larger than a synchronous
@@ -465,9 +465,7 @@ class LookaheadRuntime:
         if result.messages is None or not result.covers(self.main):
             return
         misfit = self._growth_misfit(at_commit=True, lookahead=result)
-        if misfit < -self._one_turn_tokens() or (
-            misfit > self._one_turn_tokens() and not self._keeps_one_turn_more(result)
-        ):
+        if misfit < -self._one_turn_tokens() or self._keeps_too_much(result, misfit):
             return
         if any(self._hit_transforms(self._committed_as_is(result))):
             return
@@ -822,21 +820,24 @@ class LookaheadRuntime:
             return self.main.tokens_between(kept_from, should_keep_from)
         return -self.main.tokens_between(should_keep_from, kept_from)
 
-    def _keeps_one_turn_more(self, lookahead: LookaheadState) -> bool:
-        """Whether a ready result keeps verbatim exactly one whole turn (a tool-call group) more
-        than a synchronous commit now would, no larger than twice the turn slack: one segment
-        of slack. Resizing it instead drops that turn from the front of the kept suffix, which
-        shifts everything after the head: the commit prefills the whole context again, as a
-        synchronous one does (a KeepRecent commit one token over the turn slack, traced). A
-        larger turn (an old burst) is dropped: kept, it would bring the next commit turns
-        sooner, before its lookahead starts."""
+    def _keeps_too_much(self, lookahead: LookaheadState, misfit: int) -> bool:
+        """Whether a ready result that keeps `misfit` tokens more than a synchronous commit now
+        would (`_growth_misfit`) is over the slack: more than a turn (`_one_turn_tokens`),
+        unless all it keeps beyond is exactly one whole older turn (a tool-call group) no
+        larger than two: one segment of slack. Resizing such a result drops that turn from the
+        front of the kept suffix, which shifts everything after the head: the commit prefills
+        the whole context again, as a synchronous one does (a KeepRecent commit one token over
+        the turn slack, traced). A larger turn (an old burst) is dropped: kept, it would bring
+        the next commit turns sooner, before its lookahead starts."""
+        slack = self._one_turn_tokens()
+        if misfit <= slack:
+            return False
         kept_from = lookahead.kept_from
         should_keep_from = self._kept_from_now(synchronous=True)
         if kept_from is None or should_keep_from is None or kept_from >= should_keep_from:
-            return False
-        groups = atomic_groups(self.main.messages[:should_keep_from], kept_from)
-        extra = self.main.tokens_between(kept_from, should_keep_from)
-        return len(groups) == 1 and extra <= 2 * self._one_turn_tokens()
+            return True
+        one_turn = len(atomic_groups(self.main.messages[:should_keep_from], kept_from)) == 1
+        return not (one_turn and misfit <= 2 * slack)
 
     def _kept_from_now(self, *, synchronous: bool) -> int | None:
         """Where the suffix a commit would keep verbatim begins, from the live history: a
