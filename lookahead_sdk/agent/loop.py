@@ -189,7 +189,7 @@ class ReferenceAgent:
         parent = current_tags()
         child = replace(parent, program_id=f"{parent.program_id}/sub{step}") if parent else None
         if child:  # the sub-agent runs in the slot its context was warmed in
-            runtime.hand_over(child.program_id or "")
+            await runtime.hand_over(child.program_id or "", outcome.messages)
         try:
             with use_tags(child):  # the sub-agent is its own program, with its own context
                 answer = await self._run_subagent(

@@ -320,3 +320,18 @@ class ToolCallWarmer(DelegatingWarmer):
         return await self.inner.fork_live(
             program_id, rendered_for_emulation(messages), shape=replace(shape, tools=None)
         )
+
+    async def hand_over(
+        self,
+        program_id: str,
+        child_id: str,
+        messages: Sequence[Message],
+        *,
+        shape: RequestShape,
+    ) -> None:
+        await self.inner.hand_over(
+            program_id,
+            child_id,
+            rendered_for_emulation(messages),
+            shape=replace(shape, tools=None),
+        )

@@ -273,13 +273,20 @@ class LlamaCppWarmer(_HttpWarmer):
         return int(restored.get("n_restored", 0))
 
     async def _seed_from_cached_slot(
-        self, program_id: str, ids: list[int], end: int, finishing: Callable[[], bool]
+        self,
+        program_id: str,
+        ids: list[int],
+        end: int,
+        finishing: Callable[[], bool] = lambda: False,
+        *,
+        gated: bool = True,
     ) -> int:
         """Where a warm-up that would start at `end` (past what its branch slot holds) starts
         instead: from a copy of the slot holding the longest prefix of `ids`
         (`SlotPairs.cached_prefixes`: another sub-agent's context with the same role prompt,
         say), when that saves at least a chunk's prefill. A busy slot is passed over: llama.cpp
-        saves it only once its request ends."""
+        saves it only once its request ends. `gated`: the copy waits for slack (best-effort
+        work) and is dropped once `finishing`."""
         paired = self._paired(program_id)
         if paired is None:
             return end
@@ -299,9 +306,10 @@ class LlamaCppWarmer(_HttpWarmer):
         if not candidates:
             return end
         source = max(candidates, key=shared.__getitem__)
-        await self._wait_for_slack(finishing)
-        if finishing():
-            return end
+        if gated:
+            await self._wait_for_slack(finishing)
+            if finishing():
+                return end
         started = time.perf_counter()
         restored = await self._copy_slot(source, pair.branch)
         if restored is None:
@@ -364,11 +372,30 @@ class LlamaCppWarmer(_HttpWarmer):
         )
         return True
 
-    def hand_over(self, program_id: str, child_id: str) -> None:
+    async def hand_over(
+        self,
+        program_id: str,
+        child_id: str,
+        messages: Sequence[Message],
+        *,
+        shape: RequestShape,
+    ) -> None:
         """A sub-agent spawned from this program's lookahead runs in the slot it was warmed in
-        (until `detach(child_id)`)."""
-        if self.session.slots is not None:
-            self.session.slots.hand_over(program_id, child_id)
+        (until `detach(child_id)`). A delegation whose tool call reaches the client in one piece
+        leaves its warm-up no time to run, and that slot holds other work: then the slot starts
+        as a copy of the idle slot holding the longest prefix of the sub-agent's context
+        (another sub-agent's, with the same role prompt), when that saves at least a chunk's
+        prefill. Not gated: the sub-agent's first request, foreground work, waits for it."""
+        slots = self.session.slots
+        if slots is None or not slots.hand_over(program_id, child_id):
+            return
+        pair = slots.pair(child_id)
+        assert pair is not None  # just handed over
+        ids = await self._tokenize(await self.render(messages, shape))
+        held = common_prefix_length(ids, slots.holds(pair.current))
+        await self._seed_from_cached_slot(child_id, ids, held, gated=False)
+        # Its first request leaves its context there: the next sub-agent may start from it.
+        slots.note_cached(child_id, pair.current, ids)
 
     def detach(self, program_id: str) -> None:
         branch = self._branches.pop(program_id, None)

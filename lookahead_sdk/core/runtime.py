@@ -304,10 +304,15 @@ class LookaheadRuntime:
             # `_after_job` (a done callback registered first) clears `_job` or starts the next.
             await asyncio.wait({self._job}, timeout=remaining)
 
-    def hand_over(self, child_program_id: str) -> None:
-        """A sub-agent `child_program_id` starts from the context just spawned (its warm-up's
-        server placement goes with it)."""
-        self._hooks.hand_over(self.program_id, child_program_id)
+    async def hand_over(self, child_program_id: str, messages: Sequence[Message]) -> None:
+        """A sub-agent `child_program_id` starts from `messages`, the context just spawned (its
+        warm-up's server placement goes with it). Call before its first request."""
+        try:
+            await self._hooks.hand_over(
+                self.program_id, child_program_id, list(messages), shape=self.shape
+            )
+        except Exception as error:  # an optimization: the sub-agent then prefills its context
+            log.warning("handing %s its context failed: %r", child_program_id, error)
 
     def subagent_ended(self, child_program_id: str) -> None:
         self._hooks.detach(child_program_id)

@@ -121,8 +121,17 @@ class Warmer:
         """A lookahead of `program_id` was committed. `replaced`: the committed context replaces
         the live one; `live_prefix_share`: the share of it the live context already held."""
 
-    def hand_over(self, program_id: str, child_id: str) -> None:
-        """A sub-agent `child_id` starts from a context spawned (and warmed) for `program_id`."""
+    async def hand_over(
+        self,
+        program_id: str,
+        child_id: str,
+        messages: Sequence[Message],
+        *,
+        shape: RequestShape,
+    ) -> None:
+        """A sub-agent `child_id` starts from `messages`, a context spawned (and warmed) for
+        `program_id`; its first request follows once this returns (make it find its context
+        cached where that is cheap)."""
 
     def detach(self, program_id: str) -> None:
         """The runtime (or sub-agent) of `program_id` ended: release what it held."""
@@ -184,8 +193,15 @@ class DelegatingWarmer(Warmer):
     ) -> None:
         self.inner.committed(program_id, replaced=replaced, live_prefix_share=live_prefix_share)
 
-    def hand_over(self, program_id: str, child_id: str) -> None:
-        self.inner.hand_over(program_id, child_id)
+    async def hand_over(
+        self,
+        program_id: str,
+        child_id: str,
+        messages: Sequence[Message],
+        *,
+        shape: RequestShape,
+    ) -> None:
+        await self.inner.hand_over(program_id, child_id, messages, shape=shape)
 
     def detach(self, program_id: str) -> None:
         self.inner.detach(program_id)

@@ -16,7 +16,7 @@ from lookahead_sdk.base.messages import Message, calls_tools
 from lookahead_sdk.base.protocol import RequestTags
 from lookahead_sdk.base.tags import current_tags
 from lookahead_sdk.core.state import LookaheadState, LookaheadStatus, MainState
-from lookahead_sdk.core.warmer import RequestShape
+from lookahead_sdk.core.warmer import RequestShape, Warmer
 from lookahead_sdk.strategies import KeepRecent, Offload, Summarize
 
 from .policies import FakeSummarizer, RecordingWarmer, misbehave
@@ -161,17 +161,18 @@ def test_the_warm_up_after_a_copy_keeps_the_copied_context_as_its_prefix(
             assert warmed[: len(copied)] == copied
 
 
+def offload_runtime(tmp_path: Path, warmer: Warmer) -> LookaheadRuntime:
+    """An Offload runtime over START with `warmer`, for the warmer's hooks to be driven."""
+    return LookaheadRuntime(
+        offload(tmp_path), messages=START, window_tokens=8192, token_counter=COUNTER, warmer=warmer
+    )
+
+
 def test_a_failing_copy_costs_nothing_but_the_copy(tmp_path: Path) -> None:
     async def run() -> list[CommitKind]:
         commits: list[CommitKind] = []
         warmer = CopyingWarmer(fail_copy=True)
-        async with LookaheadRuntime(
-            offload(tmp_path),
-            messages=START,
-            window_tokens=8192,
-            token_counter=COUNTER,
-            warmer=warmer,
-        ) as runtime:
+        async with offload_runtime(tmp_path, warmer) as runtime:
             await drive(runtime, ([120] * 3 + [LARGE]) * 10, commits)
             assert runtime.stats.live_copies == 0
         return commits

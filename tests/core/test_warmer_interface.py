@@ -17,7 +17,7 @@ from lookahead_sdk import DelegatingWarmer, LookaheadRuntime, RequestShape, Warm
 from lookahead_sdk.client.toolcall_transport import ToolCallWarmer
 from lookahead_sdk.core.warmer import WarmupResult
 
-from .test_live_copy import COUNTER, START, CopyingWarmer, drive, offload
+from .test_live_copy import CopyingWarmer, drive, offload_runtime
 
 HOOKS = sorted(
     name
@@ -117,15 +117,30 @@ def test_a_wrapped_warmer_still_gets_the_live_context_copies(tmp_path: Path) -> 
     inner = CopyingWarmer()
 
     async def run() -> LookaheadRuntime:
-        async with LookaheadRuntime(
-            offload(tmp_path),
-            messages=START,
-            window_tokens=8192,
-            token_counter=COUNTER,
-            warmer=ToolCallWarmer(inner),
-        ) as runtime:
+        async with offload_runtime(tmp_path, ToolCallWarmer(inner)) as runtime:
             await drive(runtime, [120] * 30)
         return runtime
 
     runtime = asyncio.run(run())
     assert inner.copies and runtime.stats.live_copies == len(inner.copies)
+
+
+class FailingHandOver(RecordingWarmer):
+    async def hand_over(self, *args: Any, **kwargs: Any) -> None:
+        self._record("hand_over", *args, **kwargs)
+        raise ConnectionError("server gone")
+
+
+def test_a_failed_hand_over_leaves_the_sub_agent_to_prefill_its_context(tmp_path: Path) -> None:
+    """Handing a sub-agent its slot is an optimization: a warmer failing at it is logged, and
+    the caller goes on to the sub-agent's first request with the context it was given."""
+    warmer = FailingHandOver()
+    spawned = [{"role": "system", "content": "sub-agent"}, {"role": "user", "content": "go"}]
+
+    async def run() -> None:
+        async with offload_runtime(tmp_path, warmer) as runtime:
+            await runtime.hand_over(f"{runtime.program_id}/sub1", spawned)
+
+    asyncio.run(run())
+    [arguments] = [seen for hook, seen in warmer.calls if hook == "hand_over"]
+    assert arguments["messages"] == spawned and arguments["child_id"].endswith("/sub1")

@@ -180,12 +180,25 @@ async def test_a_live_context_copied_while_the_tools_run_leaves_the_warm_up_only
     assert cold < 0.5, "without a copy the branch slot should have had to prefill the prefix"
 
 
-def handover(task: str) -> list[dict]:
+def handover(task: str, role: str = "You are a sub-agent that reviews one module.") -> list[dict]:
     """A sub-agent's first context (Isolate): a shared role prompt and module, then its task."""
     return [
-        {"role": "system", "content": "You are a sub-agent that reviews one module."},
+        {"role": "system", "content": role},
         {"role": "user", "content": f"Module:\n{source_excerpt()}\n\nYour task: {task}"},
     ]
+
+
+def recorded_slot_copies(warmer: LlamaCppWarmer) -> list[tuple[int, int]]:
+    """The (source, target) of every slot copy `warmer` makes from now on."""
+    copies: list[tuple[int, int]] = []
+    copy_slot = warmer._copy_slot
+
+    async def recorded(source: int, target: int) -> int | None:
+        copies.append((source, target))
+        return await copy_slot(source, target)
+
+    warmer._copy_slot = recorded  # type: ignore[method-assign]
+    return copies
 
 
 async def test_a_warm_up_starts_from_a_copy_of_another_programs_slot_holding_its_prefix(
@@ -201,8 +214,10 @@ async def test_a_warm_up_starts_from_a_copy_of_another_programs_slot_holding_its
         warmer.attach(program_id)
 
     try:
-        first = await cached_share_of_warm_up(warmer, "first", handover("find the risky parts"))
-        warmer.hand_over("first", "first/sub")  # the sub-agent runs where it was warmed
+        task = handover("find the risky parts")
+        first = await cached_share_of_warm_up(warmer, "first", task)
+        # The sub-agent runs where it was warmed.
+        await warmer.hand_over("first", "first/sub", task, shape=RequestShape())
         second = await cached_share_of_warm_up(
             warmer, "second", handover("list the public functions")
         )
@@ -226,28 +241,70 @@ async def test_the_next_sub_agent_is_warmed_in_the_slot_a_finished_one_ran_in(
     session = await ServerSession.connect(embedded_engine.base_url)
     warmer = LlamaCppWarmer(session, gate=session.gate())
     warmer.attach("lead")
-    copies: list[tuple[int, int]] = []
-    copy_slot = warmer._copy_slot
-
-    async def counted(source: int, target: int) -> int | None:
-        copies.append((source, target))
-        return await copy_slot(source, target)
-
-    warmer._copy_slot = counted  # type: ignore[method-assign]
+    copies = recorded_slot_copies(warmer)
 
     async def warm(task: str) -> float:
         return await cached_share_of_warm_up(warmer, "lead", handover(task))
 
+    async def hand_over(child_id: str, task: str) -> None:
+        await warmer.hand_over("lead", child_id, handover(task), shape=RequestShape())
+
     try:
         await warm("find the risky parts")
-        warmer.hand_over("lead", "lead/sub1")
+        await hand_over("lead/sub1", "find the risky parts")
         warmer.detach("lead/sub1")  # it ended; its slot is free and still holds its context
         assert await warm("list the public functions") >= 0.9  # from a copy of that slot
         assert len(copies) == 1
-        warmer.hand_over("lead", "lead/sub2")
+        await hand_over("lead/sub2", "list the public functions")
+        assert len(copies) == 1, "the handed slot holds the warmed context: nothing to copy"
         assert await warm("count the branches") >= 0.9
         assert len(copies) == 1, "the new branch should have held the prefix already"
     finally:
         for program_id in ("lead", "lead/sub2"):
             warmer.detach(program_id)
         await warmer.aclose()
+
+
+async def test_an_unwarmed_sub_agent_starts_from_a_copy_of_the_slot_holding_its_prefix(
+    embedded_engine,
+) -> None:
+    """An agent delegates twice with the same role prompt and module. The first sub-agent's
+    context was warmed and it ran; the second delegation's tool call came in one piece, so its
+    warm-up never ran and the branch handed over holds other work (an earlier warm-up). The
+    hand-over makes that slot a copy of the first sub-agent's, and the second sub-agent's
+    first request prefills only its own task. (Without the copy, llama.cpp's RAM prompt cache
+    (`--cache-ram`) may still find the prefix on this idle engine; with four agents it had
+    churned, and such requests prefilled cold: docs/benchmarks.md.)"""
+    session = await ServerSession.connect(embedded_engine.base_url)
+    warmer = LlamaCppWarmer(session, gate=session.gate())
+    llm = Endpoint.from_session(session, emulate_tool_calls=False).chat_client()
+    copies = recorded_slot_copies(warmer)
+    warmer.attach("lead")
+    role = "You are a sub-agent that reviews one module, unwarmed."
+    first_task = handover("find the risky parts", role)
+    second_task = handover("count the branches", role)
+    slots = session.slots
+    assert slots is not None
+    try:
+        await cached_share_of_warm_up(warmer, "lead", first_task)
+        await warmer.hand_over("lead", "lead/sub1", first_task, shape=RequestShape())
+        first_slot = slots.pair("lead/sub1").current  # type: ignore[union-attr]
+        assert not copies, "the first sub-agent's slot holds its warmed context: no copy"
+        with use_tags(RequestTags("lead/sub1")):
+            await llm.chat(first_task, max_tokens=4)
+        warmer.detach("lead/sub1")  # it ended; its slot still holds its context
+        unrelated = [{"role": "user", "content": "Summarize the weather. " * 40}]
+        await cached_share_of_warm_up(warmer, "lead", unrelated)  # other work in the branch
+        await warmer.hand_over("lead", "lead/sub2", second_task, shape=RequestShape())
+        handed = slots.pair("lead/sub2")
+        assert handed is not None and handed.current != first_slot
+        assert copies == [(first_slot, handed.current)]
+        with use_tags(RequestTags("lead/sub2")):
+            result = await llm.chat(second_task, max_tokens=4)
+    finally:
+        for program_id in ("lead", "lead/sub2"):
+            warmer.detach(program_id)
+        await llm.aclose()
+        await warmer.aclose()
+    share = result.cached_tokens / result.prompt_tokens
+    assert share >= 0.9, f"the sub-agent's first request prefilled {1 - share:.0%} of it"
