@@ -174,9 +174,7 @@ def run_ttft(
     alternate in ABBA order (sync, lookahead, lookahead, sync, ...), so a machine that slows
     down or speeds up during the runs weighs on both alike."""
     from lookahead_sdk.bench.ttft import EmbeddedEngine
-    from lookahead_sdk.engine.server import stop_engine
 
-    stop_engine(port)  # an engine left on this port would hand its prefix cache to the first run
     engine = EmbeddedEngine(agents=1, port=port)
     runs = []
     try:

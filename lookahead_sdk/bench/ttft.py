@@ -147,10 +147,12 @@ class EmbeddedEngine:
         self.handle: Any = None
 
     def restart(self) -> str:
+        """A fresh engine. One left on the port (an earlier bench's, or a killed one's) would
+        hand the first run its prompt cache: erasing its slots leaves llama.cpp's RAM prompt
+        cache (`--cache-ram`) in place."""
         from lookahead_sdk.engine.server import ensure_engine, stop_engine
 
-        if self.handle is not None:
-            stop_engine(self.config.port)
+        stop_engine(self.config.port)
         self.handle = ensure_engine(self.config)
         return self.handle.base_url
 

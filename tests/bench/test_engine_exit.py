@@ -97,6 +97,34 @@ def test_a_failure_while_the_engine_runs_is_not_blamed_on_it(
     assert stopped is not None and str(paths.engine_log_file(free_port)) in str(stopped)
 
 
+def test_the_first_run_gets_a_fresh_engine_not_one_left_on_the_port(
+    isolated_cache: Path,
+    fake_llama_server: subprocess.Popen[bytes],
+    free_port: int,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """An engine an earlier (or killed) bench left on the port still holds that run's prompts
+    in its RAM prompt cache, which erasing its slots keeps: the bench's first run would find
+    its prompts cached. It is stopped and a fresh one started."""
+    from lookahead_sdk.engine import server
+
+    started: list[int | None] = []
+
+    def start(config: EngineConfig) -> EngineHandle:
+        started.append(fake_llama_server.poll())  # the one left there, by then
+        return EngineHandle(
+            pid=os.getpid(),
+            config=config,
+            model_path=Path("model.gguf"),
+            log_path=paths.engine_log_file(free_port),
+            started_at=time.time(),
+        )
+
+    monkeypatch.setattr(server, "ensure_engine", start)
+    ttft.EmbeddedEngine(agents=1, port=free_port).restart()
+    assert started and started[0] is not None, "the engine left on the port should be stopped"
+
+
 # -- the real engine, killed after the first turn ------------------------------------------------
 def wait_for(condition: Any, what: str, process: subprocess.Popen[str], timeout_s: float) -> Any:
     deadline = time.monotonic() + timeout_s
