@@ -22,6 +22,13 @@ the longest prefix of it (another agent's sub-agent with the same role prompt an
 instead of prefilling that prefix again. llama.cpp reuses only the cached tokens that match a
 prompt, so a record gone stale costs prefill time, never a wrong cache.
 
+What a slot held is not lost when it is overwritten: llama-server keeps the prompts it evicts
+from slots in its RAM prompt cache (`--cache-ram`) and loads the best match into the slot a new
+prompt goes to, but only for a prompt covering at least a quarter of the cached one, which a
+warm-up's first chunk of a few hundred tokens seldom does. The pairs therefore also remember the
+last contexts noted anywhere (`recalled_prefix`), so a warm-up can make its first chunk end where
+such a context and its prompt part: that request finds the prefix cached again.
+
 A program that ends (`release`) may come back under the same id: an agent framework's next run
 that loads the saved state of the last one (its ready lookahead was warmed in the branch). Its
 pair is parked with what its warmer knew of the branch (`keep=`); `resume` gives the same slots
@@ -37,6 +44,10 @@ from dataclasses import dataclass
 
 from lookahead_sdk.base.protocol import RequestTags
 from lookahead_sdk.base.tokens import common_prefix_length
+
+# Contexts remembered for `SlotPairs.recalled_prefix`: about as many as llama-server's RAM
+# prompt cache (1 GiB by default for the embedded engine) holds of a small model's contexts.
+RECENT_CONTEXTS = 64
 
 
 @dataclass
@@ -74,6 +85,8 @@ class SlotPairs:
         self._parked: OrderedDict[str, _Parked] = OrderedDict()  # at most total_slots
         self._last_placed: dict[int, str] = {}  # slot -> the program last placed there
         self._cached: dict[int, _Cached] = {}  # slot -> what a warm-up or copy left there
+        # Contexts noted in any slot, newest last, none a prefix of another (`recalled_prefix`).
+        self._recent: OrderedDict[tuple[int, ...], None] = OrderedDict()
 
     def __len__(self) -> int:
         """Programs holding a pair."""
@@ -136,6 +149,25 @@ class SlotPairs:
         with self._lock:
             self._last_placed[slot] = program_id
             self._cached[slot] = _Cached(program_id, tuple(ids))
+            self._remember(self._cached[slot].ids)
+
+    def recalled_prefix(self, ids: Sequence[int]) -> int:
+        """The longest prefix of `ids` that one of the last `RECENT_CONTEXTS` contexts noted in
+        any slot (`note_cached`) starts with, whether or not a slot still holds it."""
+        with self._lock:
+            return max((common_prefix_length(ids, seen) for seen in self._recent), default=0)
+
+    def _remember(self, ids: tuple[int, ...]) -> None:
+        """(Lock held.) A context that extends one remembered replaces it (warm-up chunks note
+        ever longer prefixes of one context)."""
+        if not ids:
+            return
+        for seen in [seen for seen in self._recent if ids[: len(seen)] == seen]:
+            del self._recent[seen]
+        if not any(seen[: len(ids)] == ids for seen in self._recent):
+            self._recent[ids] = None
+        while len(self._recent) > RECENT_CONTEXTS:
+            self._recent.popitem(last=False)
 
     def holds(self, slot: int) -> tuple[int, ...]:
         """What `slot` is known to start with (`note_cached`), while no other program's

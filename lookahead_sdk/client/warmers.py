@@ -233,6 +233,11 @@ class LlamaCppWarmer(_HttpWarmer):
             slots, pair = paired
             slots.note_cached(program_id, pair.branch, ids)
 
+    def _recalled_prefix(self, ids: Sequence[int]) -> int:
+        """Tokens of `ids` a context noted recently on this server starts with (0 without
+        slot knowledge)."""
+        return 0 if self.session.slots is None else self.session.slots.recalled_prefix(ids)
+
     def _paired(self, program_id: str) -> tuple[SlotPairs, SlotPair] | None:
         """The session's slot pairs and the program's pair, when it has one."""
         slots = self.session.slots
@@ -533,6 +538,11 @@ class LlamaCppWarmer(_HttpWarmer):
                 )
         if not branch.finishing:
             end = await self._seed_from_cached_slot(program_id, ids, end, finishing)
+        # The server most likely still holds a prefix a recent context shared (a slot, or its
+        # RAM prompt cache): a first chunk ending there finds it cached, one of the usual size
+        # too short for llama-server to match it. (If it is gone, that chunk is longer.)
+        recalled = self._recalled_prefix(ids)
+        first_chunk_end = recalled if recalled > end + self.chunks.min_tokens else None
         prefilled_total = 0
         while end < len(ids):
             waited_from = time.perf_counter()
@@ -548,7 +558,8 @@ class LlamaCppWarmer(_HttpWarmer):
                 if self.gate is not None
                 else len(ids)
             )
-            start, end = end, min(len(ids), end + chunk)
+            start, end = end, min(len(ids), max(end + chunk, first_chunk_end or 0))
+            first_chunk_end = None
             spend.prefilled_tokens += end - start  # computed even if this request is cancelled
             self._branch_now_holds(program_id, ids[:start])  # until the chunk is in
             prefilled, _ = await self._prefill(ids[:end])

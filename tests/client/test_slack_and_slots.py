@@ -11,7 +11,12 @@ from openai import AsyncOpenAI
 
 from lookahead_sdk import RequestTags, ServerSession, use_tags
 from lookahead_sdk.base.tags import BackgroundWork, doing
-from lookahead_sdk.client.llamacpp_slots import CachedPrefix, SlotPair, SlotPairs
+from lookahead_sdk.client.llamacpp_slots import (
+    RECENT_CONTEXTS,
+    CachedPrefix,
+    SlotPair,
+    SlotPairs,
+)
 from lookahead_sdk.client.session import ServerFacts
 from lookahead_sdk.client.slack import BatchSizer, ChunkSizer, ForegroundRegistry, SlackGate
 
@@ -294,6 +299,31 @@ def test_a_program_handing_over_a_sub_agent_gets_the_free_slot_holding_most_of_i
     pairs.release("a/s2")  # slot 4, holding [1, 2, 3, 7], is free; so is slot 5, unused
     assert pairs.hand_over("a", "a/s3")
     assert a.branch == 5  # nothing shares [5, 6]: the slot whose cache is worth nothing
+
+
+def test_a_context_is_recalled_after_its_slot_was_overwritten_until_newer_ones_push_it_out() -> (
+    None
+):
+    """What was noted in a slot is recalled (the server keeps evicted prompts in its RAM cache)
+    after other work replaced it there and after a request the server placed itself; a longer
+    note of the same context replaces the shorter; only the last RECENT_CONTEXTS are kept."""
+    pairs = SlotPairs(4)
+    a = pairs.enroll("a")
+    assert a is not None
+    pairs.note_cached("a", a.branch, [1, 2, 3])
+    pairs.note_cached("a", a.branch, [1, 2, 3, 4, 5])  # the next chunk of the same context
+    pairs.note_cached("a", a.branch, [9, 9])  # other work replaces it in the slot
+    pairs.slot_for(RequestTags("unpaired"))
+    assert pairs.cached_prefixes() == []
+    assert pairs.recalled_prefix([1, 2, 3, 4, 7]) == 4
+    assert pairs.recalled_prefix([9, 9, 9]) == 2
+    assert pairs.recalled_prefix([8]) == 0
+    assert pairs.recalled_prefix([1, 2]) == 2  # a note that a longer one extends is not lost
+    for context in range(RECENT_CONTEXTS - 2):  # with [1, ..., 5] and [9, 9]: RECENT_CONTEXTS
+        pairs.note_cached("a", a.branch, [100, context])
+    assert pairs.recalled_prefix([1, 2, 3, 4, 5]) == 5
+    pairs.note_cached("a", a.branch, [100, -1])
+    assert pairs.recalled_prefix([1, 2, 3, 4, 5]) == 0  # the oldest is pushed out
 
 
 def test_a_request_the_server_places_itself_forgets_what_every_slot_held() -> None:

@@ -206,7 +206,8 @@ async def test_a_warm_up_starts_from_a_copy_of_another_programs_slot_holding_its
 ) -> None:
     """Two agents delegate the same module with the same role prompt: the second sub-agent's
     warm-up starts from a copy of the slot the first one's context was warmed in (and where
-    that sub-agent now runs), not from scratch; with slot copies off it prefills it all."""
+    that sub-agent now runs), not from scratch; with slot copies and recall off it prefills it
+    all."""
     session = await ServerSession.connect(embedded_engine.base_url)
     warmer = LlamaCppWarmer(session, gate=session.gate())
     programs = ("first", "second", "control")
@@ -221,7 +222,9 @@ async def test_a_warm_up_starts_from_a_copy_of_another_programs_slot_holding_its
         second = await cached_share_of_warm_up(
             warmer, "second", handover("list the public functions")
         )
+        # Neither a copy nor a first chunk long enough for the server's RAM cache to match.
         warmer.slot_copies = False
+        session.slots.recalled_prefix = lambda ids: 0  # type: ignore[method-assign, union-attr]
         control = await cached_share_of_warm_up(warmer, "control", handover("count the branches"))
     finally:
         for program_id in (*programs, "first/sub"):
@@ -308,3 +311,39 @@ async def test_an_unwarmed_sub_agent_starts_from_a_copy_of_the_slot_holding_its_
         await warmer.aclose()
     share = result.cached_tokens / result.prompt_tokens
     assert share >= 0.9, f"the sub-agent's first request prefilled {1 - share:.0%} of it"
+
+
+async def warm_after_its_prefix_left_the_slots(base_url: str, *, recall: bool) -> float:
+    """A sub-agent context is warmed, then other work replaces it in the branch slot
+    (llama-server moves it to its RAM prompt cache); a second context sharing its role prompt
+    and module is warmed there. Returns that warm-up's cached share."""
+    session = await ServerSession.connect(base_url)
+    warmer = LlamaCppWarmer(session, gate=session.gate())
+    warmer.attach("lead")
+    assert session.slots is not None
+    if not recall:
+        session.slots.recalled_prefix = lambda ids: 0  # type: ignore[method-assign]
+    role = f"You are a sub-agent that reviews one module (recalled: {recall})."
+    try:
+        await cached_share_of_warm_up(warmer, "lead", handover("find the risky parts", role))
+        unrelated = [{"role": "user", "content": "Summarize the weather. " * 40}]
+        await cached_share_of_warm_up(warmer, "lead", unrelated)
+        assert not [
+            cached for cached in session.slots.cached_prefixes() if len(cached.ids) > 1000
+        ], "no slot should be known to hold the first context any more"
+        return await cached_share_of_warm_up(warmer, "lead", handover("count the branches", role))
+    finally:
+        warmer.detach("lead")
+        await warmer.aclose()
+
+
+async def test_a_warm_up_whose_prefix_left_the_slots_finds_it_in_the_servers_ram_cache(
+    embedded_engine,
+) -> None:
+    """The warm-up's first chunk ends where the remembered context and its prompt part, so
+    llama-server loads that prefix from its RAM prompt cache; first chunks of the usual size
+    cover too little of the cached prompt for the server to match it, and prefill it all."""
+    recalled = await warm_after_its_prefix_left_the_slots(embedded_engine.base_url, recall=True)
+    chunked = await warm_after_its_prefix_left_the_slots(embedded_engine.base_url, recall=False)
+    assert recalled >= 0.9, f"the warm-up prefilled {1 - recalled:.0%} of its prompt"
+    assert chunked < 0.5, "with usual first chunks the engine should have prefilled it"
