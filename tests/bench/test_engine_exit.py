@@ -111,7 +111,12 @@ def test_the_first_run_gets_a_fresh_engine_not_one_left_on_the_port(
     started: list[int | None] = []
 
     def start(config: EngineConfig) -> EngineHandle:
-        started.append(fake_llama_server.poll())  # the one left there, by then
+        # The one left there has exited by now (an exiting process leaves /proc a moment
+        # before its parent can reap it: wait for that, do not sample it).
+        try:
+            started.append(fake_llama_server.wait(timeout=10))
+        except subprocess.TimeoutExpired:
+            started.append(None)
         return EngineHandle(
             pid=os.getpid(),
             config=config,
