@@ -26,7 +26,7 @@ from lookahead_sdk.base.tags import current_tags
 from lookahead_sdk.base.tokens import common_prefix_length
 from lookahead_sdk.client.llamacpp_slots import SlotPair, SlotPairs
 from lookahead_sdk.client.session import BEST_EFFORT_BATCH_FIELD, ServerSession
-from lookahead_sdk.client.slack import ChunkSizer, SlackGate
+from lookahead_sdk.client.slack import BatchSizer, ChunkSizer, SlackGate
 from lookahead_sdk.client.transport import tagged_async_http_client
 from lookahead_sdk.core.warmer import RequestShape, Warmer, WarmupResult, WarmupSpend
 
@@ -132,7 +132,10 @@ class LlamaCppWarmer(_HttpWarmer):
     take about `chunk_target_s` at the engine's measured prefill rate (`ChunkSizer`), less when
     the session forecasts a foreground request sooner (from its programs' recent gaps between
     requests, so a chunk sent late in a tool call ends before the call can return): a chunk in
-    flight when a foreground request arrives delays it by up to that much. Programs attached to
+    flight when a foreground request arrives delays it by up to one of the engine's batches
+    (the embedded engine stops a best-effort prompt after its running batch): a chunk sent in
+    idle time that would still run when the next request is forecast asks for small batches
+    (`yield_batches`, toward 50 ms each; stock llama.cpp ignores it). Programs attached to
     it get a slot pair (see `llamacpp_slots`): the warm-up is built in the program's branch slot,
     never over its live context. Slot placement needs a session that knows the server's slots
     (`await LlamaCppWarmer.connect(url)`, or `Endpoint.warmer()`); without one the server's own
@@ -148,6 +151,7 @@ class LlamaCppWarmer(_HttpWarmer):
         gate: SlackGate | None = None,
         chunk_target_s: float = 0.4,
         max_chunk_tokens: int = 2048,
+        yield_batches: bool = True,
         **kwargs: Any,
     ) -> None:
         super().__init__(server, **kwargs)
@@ -158,6 +162,8 @@ class LlamaCppWarmer(_HttpWarmer):
             )
         self.gate = gate
         self.chunks = ChunkSizer(target_s=chunk_target_s, max_tokens=max_chunk_tokens)
+        # Sizes the batches of chunks that may meet the next foreground request; None: off.
+        self.yield_batches = BatchSizer() if yield_batches else None
         self._branches: dict[str, BranchSlot] = {}  # per program
         self.slot_copies = True  # off after the server refuses one (no --slot-save-path)
 
@@ -454,7 +460,10 @@ class LlamaCppWarmer(_HttpWarmer):
         body = {**shape.chat_fields(), "messages": list(messages)}
         return (await self._post("/apply-template", body))["prompt"]
 
-    async def _prefill(self, prompt: str | list[int]) -> tuple[int, int]:
+    async def _prefill(self, prompt: str | list[int], *, yielding: bool = False) -> tuple[int, int]:
+        """Prefill `prompt` (n_predict=0); the tokens computed and found cached. A best-effort
+        prompt goes in the batches `session.best_effort_batch` sizes (all best-effort work, when
+        set), else, `yielding`, in those `yield_batches` sizes."""
         body: dict[str, Any] = {
             "prompt": prompt,
             "n_predict": 0,
@@ -464,12 +473,17 @@ class LlamaCppWarmer(_HttpWarmer):
         tags = current_tags()
         best_effort = tags is not None and tags.priority_class == "be"
         sizer = self.session.best_effort_batch if best_effort else None
+        # Small batches prefill slower: the chunk sizer learns the rate of the usual ones.
+        rate_observed = sizer is not None or not yielding
+        if sizer is None and yielding and best_effort:
+            sizer = self.yield_batches
         if sizer is not None:  # sent here so that the size observed is the size asked for
             batch = body[BEST_EFFORT_BATCH_FIELD] = sizer.tokens
         timings = (await self._post("/completion", body)).get("timings") or {}
         prefilled = int(timings.get("prompt_n", 0))
         seconds = float(timings.get("prompt_ms", 0.0)) / 1000
-        self.chunks.observe(prefilled, seconds)
+        if rate_observed:
+            self.chunks.observe(prefilled, seconds)
         if sizer is not None:
             sizer.observe(prefilled, seconds, batch)
         return prefilled, int(timings.get("cache_n", 0))
@@ -552,22 +566,21 @@ class LlamaCppWarmer(_HttpWarmer):
             sent_at = time.perf_counter()
             if self.session.slots is not None:
                 self.session.slots.mirror_live(program_id, False)
+            next_request_s = self.session.foreground.seconds_until_next_request()
             # Without a gate nothing makes room for foreground work: one request does it all.
-            chunk = (
-                self.chunks.next_tokens(self.session.foreground.seconds_until_next_request())
-                if self.gate is not None
-                else len(ids)
-            )
+            chunk = self.chunks.next_tokens(next_request_s) if self.gate is not None else len(ids)
             start, end = end, min(len(ids), max(end + chunk, first_chunk_end or 0))
             first_chunk_end = None
+            yielding = self._may_meet_next_request(end - start, next_request_s)
             spend.prefilled_tokens += end - start  # computed even if this request is cancelled
             self._branch_now_holds(program_id, ids[:start])  # until the chunk is in
-            prefilled, _ = await self._prefill(ids[:end])
+            prefilled, _ = await self._prefill(ids[:end], yielding=yielding)
             log.debug(
-                "%s chunk %d-%d: gate %.2f s, engine %.2f s, computed %d",
+                "%s chunk %d-%d%s: gate %.2f s, engine %.2f s, computed %d",
                 program_id,
                 start,
                 end,
+                " in small batches" if yielding else "",
                 sent_at - waited_from,
                 time.perf_counter() - sent_at,
                 prefilled,
@@ -579,6 +592,19 @@ class LlamaCppWarmer(_HttpWarmer):
         return WarmupResult(
             end, end - prefilled_total, time.perf_counter() - started, complete=end >= len(ids)
         )
+
+    def _may_meet_next_request(self, tokens: int, next_request_s: float | None) -> bool:
+        """Whether a chunk of `tokens` sent now, in idle time, would still run when the next
+        foreground request is forecast (`ForegroundRegistry.seconds_until_next_request`): that
+        request would wait for the engine's batch running then. Only in idle time: while other
+        requests keep the engine busy, best-effort work gets only the batches they leave, and
+        in small batches it fell behind its commits (four agents, docs/benchmarks.md
+        "Best-effort batch cap")."""
+        if self.gate is None or self.yield_batches is None or next_request_s is None:
+            return False
+        if self.session.foreground.inflight > 0:
+            return False
+        return tokens / self.chunks.tokens_per_s > next_request_s
 
 
 class SGLangWarmer(_HttpWarmer):

@@ -723,3 +723,68 @@ def test_a_sync_client_holds_best_effort_requests_the_same_way(
         started = time.perf_counter()
         client.post(f"{stub_server.url}/generate", json={"text": "warm-up"})
         assert time.perf_counter() - started >= 0.04
+
+
+@pytest.mark.parametrize(
+    ("next_request_s", "foreground_decoding", "small_batches"),
+    [
+        (0.1, False, True),  # idle, a 128-token chunk (0.13 s) would meet the request due in 0.1 s
+        (5.0, False, False),  # idle, the request is forecast long after the chunk ends
+        (None, False, False),  # nothing forecast
+        (0.1, True, False),  # a reply decodes: the engine is busy, batches stay the engine's
+    ],
+)
+async def test_a_chunk_that_may_meet_the_next_request_goes_in_small_batches(
+    stub_server: RecordingProxy,
+    next_request_s: float | None,
+    foreground_decoding: bool,
+    small_batches: bool,
+) -> None:
+    """An idle engine's warm-up chunk still running when the next foreground request is forecast
+    asks the embedded engine for small batches, so that request waits for one of them, not for a
+    128-token batch (0.2-0.95 s on the CPU engine)."""
+    from lookahead_sdk import LlamaCppWarmer
+    from lookahead_sdk.core.warmer import RequestShape
+
+    session = ServerSession(
+        stub_server.url, wire="llamacpp", facts=ServerFacts(llamacpp=True, total_slots=4)
+    )
+    warmer = LlamaCppWarmer(session, gate=SlackGate(session.foreground, admit="decode"))
+    warmer.chunks.tokens_per_s = 1000.0
+    warmer.attach("p")
+
+    async def render(*_: object, **__: object) -> str:
+        return "rendered"
+
+    async def tokenize(_: str) -> list[int]:
+        return list(range(128))
+
+    warmer.render = render  # type: ignore[method-assign]
+    warmer._tokenize = tokenize  # type: ignore[method-assign]
+    session.foreground.seconds_until_next_request = lambda: next_request_s  # type: ignore[method-assign]
+    reply = session.foreground.begin("other")
+    reply.first_token()
+    if not foreground_decoding:
+        reply.end()
+    try:
+        with use_tags(RequestTags("p").best_effort()):
+            await warmer.warm([{"role": "user", "content": "hi"}], shape=RequestShape())
+        (chunk,) = stub_server.bodies("completion")
+        assert chunk["prompt"] == list(range(128))
+        assert ("best_effort_batch_tokens" in chunk) is small_batches
+        if small_batches:
+            assert warmer.yield_batches is not None
+            assert chunk["best_effort_batch_tokens"] == warmer.yield_batches.tokens == 16
+    finally:
+        reply.end()
+        warmer.detach("p")
+        await warmer.aclose()
+
+
+def test_a_warmer_can_keep_the_engines_batches_for_every_chunk() -> None:
+    from lookahead_sdk import LlamaCppWarmer
+
+    session = ServerSession("http://127.0.0.1:9", wire="llamacpp")
+    warmer = LlamaCppWarmer(session, gate=session.gate(), yield_batches=False)
+    assert not warmer._may_meet_next_request(4096, 0.0)
+    assert LlamaCppWarmer(session, gate=session.gate())._may_meet_next_request(4096, 0.0)
