@@ -104,6 +104,25 @@ def render_engine_threads(document: Document) -> str:
     return markdown_table(header, rows)
 
 
+def render_foreground_behind(document: Document) -> str:
+    """`scripts/foreground_behind_best_effort.py`: an agent's request alone and behind a warm-up
+    chunk, by the chunk's batch size; medians and ranges over the alternating samples."""
+    rows = []
+    alone = document["median_foreground_s"]["alone"]
+    for arm, median in document["median_foreground_s"].items():
+        seconds = [row["foreground_s"] for row in document["rows"] if row["arm"] == arm]
+        rows.append(
+            [
+                arm.replace("_", " "),
+                f"{median:.3f}",
+                f"{min(seconds):.3f}-{max(seconds):.3f}",
+                f"{median - alone:+.3f}",
+            ]
+        )
+    header = ["request", "median s", "range s", "over alone (median) s"]
+    return markdown_table(header, rows)
+
+
 def render_ttft_targets(runs: Sequence[tuple[str, Document]]) -> str:
     """`bench ttft` runs: each target per run, a pool of the runs beside them."""
     from lookahead_sdk.bench.ttft_targets import targets_tables
@@ -328,6 +347,7 @@ RENDERERS: dict[str, Renderer] = {
     "router-engine": render_router_engine,
     "runtime-overhead": render_runtime_overhead,
     "engine-threads": render_engine_threads,
+    "foreground-behind": render_foreground_behind,
     "slo-loads": render_slo_loads,
     "provenance": render_provenance,
 }

@@ -8,7 +8,13 @@ from pathlib import Path
 
 import pytest
 
-from lookahead_sdk.bench.report import blocks, render_engine_threads, render_provenance, run_report
+from lookahead_sdk.bench.report import (
+    blocks,
+    render_engine_threads,
+    render_foreground_behind,
+    render_provenance,
+    run_report,
+)
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -103,6 +109,27 @@ def test_the_engine_threads_table_compares_each_load_with_the_idle_machine() -> 
     assert len(lines) == 5
     assert lines[2] == "| 1 | 0 | 3.00 | 24.0 | 1.0x | 1.0x |"
     assert lines[4] == "| 2 | 1 | 50.00 | 2800.0 | 25.0x | 200.0x |"
+
+
+def test_the_foreground_behind_table_sets_each_arm_against_the_request_alone() -> None:
+    rows = [
+        {"arm": arm, "foreground_s": seconds}
+        for arm, seconds in [
+            ("alone", 0.9),
+            ("engine_batches", 1.4),
+            ("batches_16", 0.95),
+            ("alone", 1.0),
+            ("engine_batches", 1.2),
+            ("batches_16", 0.85),
+        ]
+    ]
+    medians = {"alone": 0.95, "engine_batches": 1.3, "batches_16": 0.9}
+    lines = render_foreground_behind({"median_foreground_s": medians, "rows": rows}).splitlines()
+    assert lines[2:] == [
+        "| alone | 0.950 | 0.900-1.000 | +0.000 |",
+        "| engine batches | 1.300 | 1.200-1.400 | +0.350 |",
+        "| batches 16 | 0.900 | 0.850-0.950 | -0.050 |",
+    ]
 
 
 def test_the_router_overhead_runs_table_has_a_row_per_run_counting_rounds_met() -> None:

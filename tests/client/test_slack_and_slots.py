@@ -491,28 +491,36 @@ def test_a_summary_of_the_live_context_runs_in_the_branch_once_it_holds_a_copy()
     assert pairs.slot_for(summary) == pairs.pair("p").current  # type: ignore[union-attr]
 
 
-async def test_a_copy_of_the_live_slot_waits_while_a_foreground_prompt_is_prefilled(
-    stub_server: RecordingProxy,
-) -> None:
-    """A slot copy occupies the engine; sent while a foreground prompt waits for its first token
-    it could be served first. It goes out once that prompt decodes."""
+def warmer_of_fixed_tokens(session: ServerSession, gate: SlackGate, tokens: int) -> LlamaCppWarmer:
+    """A gated llama.cpp warmer with program "p" attached, whose every prompt renders to
+    `tokens` token ids without asking the server."""
     from lookahead_sdk import LlamaCppWarmer
-    from lookahead_sdk.core.warmer import RequestShape
 
-    session = ServerSession(
-        stub_server.url, wire="llamacpp", facts=ServerFacts(llamacpp=True, total_slots=4)
-    )
-    warmer = LlamaCppWarmer(session, gate=session.gate())
+    warmer = LlamaCppWarmer(session, gate=gate)
     warmer.attach("p")
 
     async def render(*_: object, **__: object) -> str:
         return "rendered"
 
     async def tokenize(_: str) -> list[int]:
-        return list(range(300))
+        return list(range(tokens))
 
     warmer.render = render  # type: ignore[method-assign]
     warmer._tokenize = tokenize  # type: ignore[method-assign]
+    return warmer
+
+
+async def test_a_copy_of_the_live_slot_waits_while_a_foreground_prompt_is_prefilled(
+    stub_server: RecordingProxy,
+) -> None:
+    """A slot copy occupies the engine; sent while a foreground prompt waits for its first token
+    it could be served first. It goes out once that prompt decodes."""
+    from lookahead_sdk.core.warmer import RequestShape
+
+    session = ServerSession(
+        stub_server.url, wire="llamacpp", facts=ServerFacts(llamacpp=True, total_slots=4)
+    )
+    warmer = warmer_of_fixed_tokens(session, session.gate(), 300)
     prefilling = session.foreground.begin()  # another agent's prompt
     history = [{"role": "user", "content": "hi"}]
     try:
@@ -743,24 +751,13 @@ async def test_a_chunk_that_may_meet_the_next_request_goes_in_small_batches(
     """An idle engine's warm-up chunk still running when the next foreground request is forecast
     asks the embedded engine for small batches, so that request waits for one of them, not for a
     128-token batch (0.2-0.95 s on the CPU engine)."""
-    from lookahead_sdk import LlamaCppWarmer
     from lookahead_sdk.core.warmer import RequestShape
 
     session = ServerSession(
         stub_server.url, wire="llamacpp", facts=ServerFacts(llamacpp=True, total_slots=4)
     )
-    warmer = LlamaCppWarmer(session, gate=SlackGate(session.foreground, admit="decode"))
+    warmer = warmer_of_fixed_tokens(session, SlackGate(session.foreground, admit="decode"), 128)
     warmer.chunks.tokens_per_s = 1000.0
-    warmer.attach("p")
-
-    async def render(*_: object, **__: object) -> str:
-        return "rendered"
-
-    async def tokenize(_: str) -> list[int]:
-        return list(range(128))
-
-    warmer.render = render  # type: ignore[method-assign]
-    warmer._tokenize = tokenize  # type: ignore[method-assign]
     session.foreground.seconds_until_next_request = lambda: next_request_s  # type: ignore[method-assign]
     reply = session.foreground.begin("other")
     reply.first_token()
