@@ -642,7 +642,7 @@ class LookaheadRuntime:
             # kept until the redo's result is ready, in case the commit comes first.
             self.stats.regrown_lookaheads += 1
             standby = (copy.copy(lookahead), self._spent_by_group.get(lookahead.group_id or "", 0))
-            self._start_lookahead(main.snapshot())
+            self._start_lookahead(main.snapshot(), branch_in_use=True)
             self._standby = standby
         elif lookahead.status is LookaheadStatus.READY and self._suffix_to_warm():
             self._run_job(self._warm(lookahead.group_id or ""))
@@ -654,7 +654,9 @@ class LookaheadRuntime:
             with use_tags(self.tags.best_effort()):  # the copy waits for slack like a warm-up
                 self._run_job(self._fork_live())
 
-    def _start_lookahead(self, snapshot: Snapshot) -> None:
+    def _start_lookahead(self, snapshot: Snapshot, *, branch_in_use: bool = False) -> None:
+        """`branch_in_use`: the branch holds the warm-up of a result kept on standby (a redo):
+        the new lookahead's summary must not overwrite it with a copy of the live context."""
         self._standby = None
         group_id = f"{self.program_id}:{self.policy.name}:s{self.main.turn}:{self.stats.lookaheads_started}"
         previous = self.lookahead.group_id
@@ -670,22 +672,26 @@ class LookaheadRuntime:
         self.lookahead.start(snapshot, group_id, kept_from=kept_from)
         self._refresh_due()
         self.stats.lookaheads_started += 1
-        self._run_job(self._lookahead_job(snapshot, group_id, ctx))
+        self._run_job(self._lookahead_job(snapshot, group_id, ctx, copy_live=not branch_in_use))
 
     def _run_job(self, work: Coroutine[Any, Any, None]) -> None:
         self._job = asyncio.create_task(work)
         self._job.add_done_callback(self._after_job)
 
     async def _lookahead_job(
-        self, snapshot: Snapshot, group_id: str, ctx: TransformContext
+        self, snapshot: Snapshot, group_id: str, ctx: TransformContext, *, copy_live: bool = True
     ) -> None:
         lookahead = self.lookahead
         started = self.clock()
         tags = self.tags.lookahead(group_id, commit_deadline_ms=self._commit_deadline_ms())
         with use_tags(tags), doing(lookahead.work):
-            if self.policy.needs_summarizer and self._hooks.copies_live_context:
+            if self.policy.needs_summarizer and self._hooks.copies_live_context and copy_live:
                 # Its LLM request starts with the live context (a summary's does): a copy of
                 # it in the branch lets the request run there, leaving the agent's slot alone.
+                # Not for a redo: the branch holds the standby result's warm-up, which a
+                # commit arriving before the redo is ready takes (traced in the demo: copied
+                # over, that commit found 61 of 1,044 tokens cached). The redo's request then
+                # runs in the live slot, which holds its prompt's start just the same.
                 await self._fork_live(through_last_reply(snapshot.messages))
             try:
                 result = await asyncio.wait_for(

@@ -223,7 +223,7 @@ async def summarize_run(warmer: RecordingWarmer, summarizer: FakeSummarizer) -> 
 def test_a_summary_lookahead_copies_the_live_context_before_its_llm_call() -> None:
     """Summarize's request starts with the live context: the branch gets a copy of what the
     live slot holds (through the last reply) before the summary goes out, so the request can
-    run there and leave the agent's slot alone."""
+    run there and leave the agent's slot alone; except a redo's."""
     warmer = CopyingWarmer()
     summarizer = FakeSummarizer()
     order: list[str] = []
@@ -244,9 +244,12 @@ def test_a_summary_lookahead_copies_the_live_context_before_its_llm_call() -> No
 
     runtime = asyncio.run(summarize_run(warmer, summarizer))
     assert summarizer.requests, "no summary ran"
-    for index, event in enumerate(order):
-        if event == "summary":
-            assert index > 0 and order[index - 1] == "copy"
+    preceded = [
+        order[index - 1] == "copy" for index, event in enumerate(order) if event == "summary"
+    ]
+    assert preceded[0]
+    # A redo's summary runs in the live slot: the branch holds its standby's warm-up (below).
+    assert preceded.count(False) == runtime.stats.regrown_lookaheads
     assert all(copy[-1]["role"] == "assistant" for copy in warmer.copies)
     assert runtime.stats.live_copies == len(warmer.copies)
 
@@ -255,3 +258,44 @@ def test_without_live_copies_a_summary_lookahead_copies_nothing() -> None:
     runtime = asyncio.run(summarize_run(RecordingWarmer(), FakeSummarizer()))  # no copies
     assert runtime.stats.live_copies == 0
     assert runtime.stats.hits >= 1
+
+
+def test_a_summary_redo_leaves_the_standby_results_warm_up_in_the_branch() -> None:
+    """A ready summary redone as the history grew stays on standby until the redo is ready, and
+    its warm-up is in the branch: the redo's summary request must not copy the live context over
+    it, or a commit that takes the standby prefills it whole (traced in the demo: 61 of 1,044
+    tokens cached). The first summary is preceded by a copy, the redo by none."""
+    from .test_commit_size import HangingSummarizer, policy_named, run
+
+    warmer = CopyingWarmer()
+    summarizer = HangingSummarizer(hang_call=2)  # the redo is still decoding at the commit
+    order: list[str] = []
+    original_complete = summarizer.complete
+
+    async def complete(messages, **kwargs):  # type: ignore[no-untyped-def]
+        order.append("summary")
+        return await original_complete(messages, **kwargs)
+
+    summarizer.complete = complete  # type: ignore[method-assign]
+    original_fork = warmer.fork_live
+
+    async def fork_live(program_id, messages, *, shape):  # type: ignore[no-untyped-def]
+        order.append("copy")
+        return await original_fork(program_id, messages, shape=shape)
+
+    warmer.fork_live = fork_live  # type: ignore[method-assign]
+    looked = asyncio.run(
+        run(
+            policy_named("summarize", True),
+            "lookahead",
+            [60] * 15 + [400] * 10,
+            summarizer=summarizer,
+            commit_wait_timeout_s=0.05,
+            warmer=warmer,
+        )
+    )
+    assert looked.regrown >= 1 and looked.standby == 1
+    summaries = [index for index, event in enumerate(order) if event == "summary"]
+    first, redo = summaries[0], summaries[1]
+    assert first > 0 and order[first - 1] == "copy"
+    assert "copy" not in order[first + 1 : redo + 1]
