@@ -220,12 +220,9 @@ async def summarize_run(warmer: RecordingWarmer, summarizer: FakeSummarizer) -> 
     return runtime
 
 
-def test_a_summary_lookahead_copies_the_live_context_before_its_llm_call() -> None:
-    """Summarize's request starts with the live context: the branch gets a copy of what the
-    live slot holds (through the last reply) before the summary goes out, so the request can
-    run there and leave the agent's slot alone; except a redo's."""
-    warmer = CopyingWarmer()
-    summarizer = FakeSummarizer()
+def copies_and_summaries(warmer: CopyingWarmer, summarizer: FakeSummarizer) -> list[str]:
+    """The order in which the warmer copies the live context ("copy") and the summarizer is
+    called ("summary"), filled in as the run goes."""
     order: list[str] = []
     original_complete = summarizer.complete
 
@@ -241,6 +238,16 @@ def test_a_summary_lookahead_copies_the_live_context_before_its_llm_call() -> No
         return await original_fork(program_id, messages, shape=shape)
 
     warmer.fork_live = fork_live  # type: ignore[method-assign]
+    return order
+
+
+def test_a_summary_lookahead_copies_the_live_context_before_its_llm_call() -> None:
+    """Summarize's request starts with the live context: the branch gets a copy of what the
+    live slot holds (through the last reply) before the summary goes out, so the request can
+    run there and leave the agent's slot alone; except a redo's."""
+    warmer = CopyingWarmer()
+    summarizer = FakeSummarizer()
+    order = copies_and_summaries(warmer, summarizer)
 
     runtime = asyncio.run(summarize_run(warmer, summarizer))
     assert summarizer.requests, "no summary ran"
@@ -269,21 +276,7 @@ def test_a_summary_redo_leaves_the_standby_results_warm_up_in_the_branch() -> No
 
     warmer = CopyingWarmer()
     summarizer = HangingSummarizer(hang_call=2)  # the redo is still decoding at the commit
-    order: list[str] = []
-    original_complete = summarizer.complete
-
-    async def complete(messages, **kwargs):  # type: ignore[no-untyped-def]
-        order.append("summary")
-        return await original_complete(messages, **kwargs)
-
-    summarizer.complete = complete  # type: ignore[method-assign]
-    original_fork = warmer.fork_live
-
-    async def fork_live(program_id, messages, *, shape):  # type: ignore[no-untyped-def]
-        order.append("copy")
-        return await original_fork(program_id, messages, shape=shape)
-
-    warmer.fork_live = fork_live  # type: ignore[method-assign]
+    order = copies_and_summaries(warmer, summarizer)
     looked = asyncio.run(
         run(
             policy_named("summarize", True),
