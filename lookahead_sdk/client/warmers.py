@@ -473,16 +473,15 @@ class LlamaCppWarmer(_HttpWarmer):
         tags = current_tags()
         best_effort = tags is not None and tags.priority_class == "be"
         sizer = self.session.best_effort_batch if best_effort else None
-        # Small batches prefill slower: the chunk sizer learns the rate of the usual ones.
-        rate_observed = sizer is not None or not yielding
-        if sizer is None and yielding and best_effort:
+        near_request = sizer is None and best_effort and yielding and self.yield_batches is not None
+        if near_request:
             sizer = self.yield_batches
         if sizer is not None:  # sent here so that the size observed is the size asked for
             batch = body[BEST_EFFORT_BATCH_FIELD] = sizer.tokens
         timings = (await self._post("/completion", body)).get("timings") or {}
         prefilled = int(timings.get("prompt_n", 0))
         seconds = float(timings.get("prompt_ms", 0.0)) / 1000
-        if rate_observed:
+        if not near_request:  # small batches prefill slower: learn the usual batches' rate
             self.chunks.observe(prefilled, seconds)
         if sizer is not None:
             sizer.observe(prefilled, seconds, batch)

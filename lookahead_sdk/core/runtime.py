@@ -835,11 +835,12 @@ class LookaheadRuntime:
         """Whether a ready result that keeps `misfit` tokens more than a synchronous commit now
         would (`_growth_misfit`) is over the slack: more than a turn (`_one_turn_tokens`),
         unless all it keeps beyond is exactly one whole older turn (a tool-call group) and the
-        misfit is at most twice the turn slack: one segment of slack. Resizing such a result drops that turn from the
-        front of the kept suffix, which shifts everything after the head: the commit prefills
-        the whole context again, as a synchronous one does (a KeepRecent commit one token over
-        the turn slack, traced). A larger turn (an old burst) is dropped: kept, it would bring
-        the next commit turns sooner, before its lookahead starts."""
+        misfit is at most twice the turn slack: one segment of slack. Resizing such a result
+        drops that turn from the front of the kept suffix, which shifts everything after the
+        head: the commit prefills the whole context again, as a synchronous one does (a
+        KeepRecent commit one token over the turn slack, traced). A larger turn (an old burst)
+        is dropped: kept, it would bring the next commit turns sooner, before its lookahead
+        starts."""
         slack = self._one_turn_tokens()
         if misfit <= slack:
             return False
