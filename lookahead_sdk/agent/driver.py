@@ -32,7 +32,7 @@ from lookahead_sdk.base.tokens import TokenCounter, auto_token_counter
 from lookahead_sdk.base.tools import ToolRegistry
 from lookahead_sdk.client.endpoint import Endpoint
 from lookahead_sdk.client.session import ServerSession
-from lookahead_sdk.client.slack import DEFAULT_GATE_ADMISSION, GateAdmission
+from lookahead_sdk.client.slack import DEFAULT_GATE_ADMISSION, GateAdmission, SlackGate
 from lookahead_sdk.client.timeline import (
     RequestTimeline,
     background_overlap,
@@ -46,6 +46,7 @@ from lookahead_sdk.client.warmers import LlamaCppWarmer, make_warmer
 from lookahead_sdk.core.config import RuntimeConfig
 from lookahead_sdk.core.offload_store import OffloadStore
 from lookahead_sdk.core.policy import ContextPolicy
+from lookahead_sdk.core.warmer import Warmer
 from lookahead_sdk.strategies import Isolate, KeepRecent, Offload, Summarize
 
 STRATEGIES: tuple[str, ...] = ("offload", "keep_recent", "summarize", "isolate")
@@ -226,6 +227,16 @@ async def warm_client_stack(base_url: str, *, model: str, warmer: str = "openai"
         await llm.aclose()
 
 
+def run_warmer(
+    warmer: str, session: ServerSession, gate: SlackGate | None, *, small_batches: bool = True
+) -> Warmer:
+    """The warmer of a lookahead run: on llama.cpp gated by the run's slack gate, a chunk that
+    may meet the next request in small batches unless `small_batches` is False."""
+    if warmer == "llamacpp":
+        return LlamaCppWarmer(session, gate=gate, yield_batches=small_batches)
+    return make_warmer(warmer, session)
+
+
 async def run_agents(
     base_url: str,
     *,
@@ -242,6 +253,7 @@ async def run_agents(
     on_turn: Callable[[TurnRecord], None] | None = None,
     slack_admission: bool | None = None,
     slack_admit: GateAdmission = DEFAULT_GATE_ADMISSION,
+    small_batches: bool = True,
     tool_latency_s: float = 0.0,
     tool_output_tokens: tuple[int, int] | None = None,
     large_output_every: int = DEFAULT_LARGE_OUTPUT_EVERY,
@@ -249,7 +261,8 @@ async def run_agents(
 ) -> RunResult:
     """`agents` concurrent agents (seeds seed..seed+agents-1), each its own program. Reads are
     `tool_output_tokens` long (default: scaled to `window_tokens`, see `default_read_tokens`).
-    `slack_admit` is the client-side gate's rule (`SlackGate`), used with the llama.cpp warmer.
+    `slack_admit` is the client-side gate's rule (`SlackGate`), used with the llama.cpp warmer,
+    as `small_batches` (`LlamaCppWarmer(yield_batches=...)`).
     `on_trace` gets the run's turns and requests once it completes."""
     if agents < 1:
         raise ValueError(f"agents must be >= 1, got {agents}")
@@ -265,11 +278,7 @@ async def run_agents(
     session.timeline = RequestTimeline()
     llm = Endpoint.from_session(session, model=model, emulate_tool_calls=False).chat_client(gate)
     warm = (
-        (
-            LlamaCppWarmer(session, gate=gate)
-            if warmer == "llamacpp"
-            else make_warmer(warmer, session)
-        )
+        run_warmer(warmer, session, gate, small_batches=small_batches)
         if mode == "lookahead"
         else None
     )

@@ -92,6 +92,8 @@ class TtftBenchConfig:
     tool_output_tokens: tuple[int, int] | None = None
     large_output_every: int = DEFAULT_LARGE_OUTPUT_EVERY
     gate: GateAdmission = DEFAULT_GATE_ADMISSION  # client-side slack admission on llama.cpp
+    # LlamaCppWarmer(yield_batches=...): a chunk that may meet the next request in small batches.
+    small_batches: bool = True
     modes: tuple[str, ...] = MODES  # one mode alone only to trace it (no side-by-side figures)
     # Runs per strategy and mode, the modes in ABBA order (sync, lookahead, lookahead, sync, ...)
     # so that a machine slowing down or speeding up over the run weighs on both alike.
@@ -306,6 +308,7 @@ async def run_ttft_bench(
             "tool_output_tokens": list(config.tool_output_tokens or default_read_tokens(window)),
             "large_output_every": config.large_output_every,
             "gate": config.gate,
+            "small_batches": config.small_batches,
             "repeats": config.repeats,
             "machine": f"{platform.machine()}, {__import__('os').cpu_count()} CPUs",
             "strategies": {},
@@ -341,6 +344,7 @@ async def run_ttft_bench(
                         tool_output_tokens=config.tool_output_tokens,
                         large_output_every=config.large_output_every,
                         slack_admit=config.gate,
+                        small_batches=config.small_batches,
                         on_trace=(
                             None if on_trace is None else partial(on_trace, strategy, mode, repeat)
                         ),
@@ -591,6 +595,7 @@ def main(args: argparse.Namespace) -> int:
         tool_output_tokens=args.tool_output_tokens,
         large_output_every=args.large_output_every,
         gate=args.gate,
+        small_batches=args.small_batches,
         repeats=args.repeats,
     )
     traces: list[dict[str, Any]] | None = [] if args.trace else None
@@ -714,4 +719,11 @@ def add_run_arguments(parser: argparse.ArgumentParser, *, tool_latency_s: float)
         help="when background work may use llama.cpp: idle (no foreground request in flight), "
         "decode (none waiting for its first token) or idle-first (idle, and beside decoding "
         "replies for work whose commit is due, or while the engine was idle under 25%% of the last 20 s)",
+    )
+    parser.add_argument(
+        "--no-small-batches",
+        dest="small_batches",
+        action="store_false",
+        help="llama.cpp warmer: send a chunk that may meet the next request in the engine's usual "
+        "batches too (LlamaCppWarmer(yield_batches=False)); by default it goes in small ones",
     )

@@ -103,6 +103,7 @@ class TargetRow:
 SETUP_FIELDS = (
     "engine", "engine_threads", "model", "agents", "steps", "isolate_steps", "window_tokens",
     "warmer", "max_tokens", "tool_latency_s", "tool_output_tokens", "large_output_every", "gate",
+    "small_batches",
 )  # fmt: skip
 
 

@@ -35,6 +35,7 @@ def main(args: argparse.Namespace) -> int:
         port=args.port,
         engine_threads=args.engine_threads,
         gate=args.gate,
+        small_batches=args.small_batches,
         repeats=args.repeats,
     )
     print(

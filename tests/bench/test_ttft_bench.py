@@ -240,7 +240,9 @@ def test_bench_ttft_trace_flag_writes_every_runs_turns_and_requests(tmp_path: Pa
         ("keep_recent", "sync", 0),
         ("keep_recent", "lookahead", 0),
     ]
-    pooled = json.loads(results.read_text())["strategies"]["keep_recent"]
+    document = json.loads(results.read_text())
+    assert document["small_batches"] is True  # the default, recorded beside the setup
+    pooled = document["strategies"]["keep_recent"]
     for run_trace in trace["runs"]:
         recorded = pooled[run_trace["mode"]]
         turns = len(recorded["transform_ttft_s"]) + len(recorded["normal_ttft_s"])
@@ -248,3 +250,30 @@ def test_bench_ttft_trace_flag_writes_every_runs_turns_and_requests(tmp_path: Pa
         assert sorted(t["ttft_s"] for t in run_trace["turns"]) == pytest.approx(
             sorted(recorded["transform_ttft_s"] + recorded["normal_ttft_s"]), abs=1e-4
         )
+
+
+def test_small_batches_near_the_next_request_can_be_turned_off_for_an_a_b_run() -> None:
+    """`--no-small-batches` (bench ttft and demo) reaches the run's llama.cpp warmer, and the
+    document records it, so the two arms of an A/B run are never pooled."""
+    from lookahead_sdk.agent.driver import run_warmer
+    from lookahead_sdk.cli import build_parser
+    from lookahead_sdk.client.session import ServerFacts, ServerSession
+    from lookahead_sdk.client.slack import BatchSizer
+    from lookahead_sdk.client.warmers import LlamaCppWarmer, OpenAIWarmer
+
+    parser = build_parser()
+    for command in (["bench", "ttft", "--json", "x.json"], ["demo"]):
+        assert parser.parse_args(command).small_batches is True
+        assert parser.parse_args([*command, "--no-small-batches"]).small_batches is False
+    assert TtftBenchConfig().small_batches is True
+
+    session = ServerSession(
+        "http://127.0.0.1:1", wire="llamacpp", facts=ServerFacts(llamacpp=True, total_slots=4)
+    )
+    gate = session.gate()
+    with_them = run_warmer("llamacpp", session, gate)
+    assert isinstance(with_them, LlamaCppWarmer) and isinstance(with_them.yield_batches, BatchSizer)
+    without = run_warmer("llamacpp", session, gate, small_batches=False)
+    assert isinstance(without, LlamaCppWarmer)
+    assert without.yield_batches is None and without.gate is gate
+    assert isinstance(run_warmer("openai", ServerSession("http://127.0.0.1:1"), None), OpenAIWarmer)

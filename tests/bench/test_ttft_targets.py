@@ -134,6 +134,11 @@ def test_runs_of_different_setups_are_never_pooled() -> None:
     four_agents = {**run([1.0] * 5), "engine_threads": 1, "agents": 4}
     rows = target_rows([("t1", one_thread), ("four", four_agents)])
     assert not [row for row in rows if row.pooled]
+    without_small_batches = {**run([1.0] * 5), "engine_threads": 1, "small_batches": False}
+    rows = target_rows(
+        [("t1", {**one_thread, "small_batches": True}), ("a/b", without_small_batches)]
+    )
+    assert not [row for row in rows if row.pooled]
 
 
 def test_commits_and_the_context_they_leave_are_judged_against_sync_per_run() -> None:
