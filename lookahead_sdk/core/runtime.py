@@ -925,7 +925,13 @@ class LookaheadRuntime:
         verbatim), so its commit would keep over half a turn more than a synchronous one and it
         would be redone on the way (a summary twice, the second maybe not in time). Deferred
         while the turn after this one still leaves `MIN_DEFERRED_LEAD_TURNS` average turns before
-        the commit and, once a lookahead has been timed, `REDO_MARGIN` times its duration."""
+        the commit and, once a lookahead has been timed, `REDO_MARGIN` times its duration.
+        Never when a turn as large as the largest of the last `TAIL_TURNS` (a burst that may
+        come again) would reach the commit: deferred, nothing would be ready for it."""
+        remaining = self.policy.tokens_until_commit(self.main)
+        largest = self.main.largest_turn_tokens
+        if remaining is not None and largest is not None and largest >= remaining:
+            return False
         kept_from = self._kept_from_now(synchronous=False)
         turns = self.main.recent_turn_tokens
         if kept_from is None or kept_from < len(self.main) or not turns:

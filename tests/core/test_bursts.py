@@ -12,28 +12,35 @@ from lookahead_sdk import CommitKind, LookaheadRuntime
 from lookahead_sdk.core.policy import ContextPolicy
 from lookahead_sdk.strategies import KeepRecent, Summarize
 
-from .policies import FakeSummarizer
+from ..support.clock import VirtualClock
 from .test_commit_ahead import COUNTER, START, model_turn, tool_output
+from .test_commit_size import SlowSummarizer
 
 # Small reads, then a 1,800-token output that takes the history from ~2.6K over 4K, four times.
 BURSTY = [100] * 14 + ([1800] + [100] * 6) * 3 + [1800] + [100] * 4
 
 
 async def commits(policy: ContextPolicy) -> list[tuple[int, CommitKind, str]]:
-    """(the size of the output the commit turn brought, kind, reason) per commit."""
+    """(the size of the output the commit turn brought, kind, reason) per commit. In virtual
+    time (a second per boundary, a summary half a second, anything else none), so the
+    growth rate and the lookahead's duration that its start decision weighs are the same on
+    every machine."""
     found = []
+    clock = VirtualClock()
     async with LookaheadRuntime(
         policy,
         messages=START,
         window_tokens=8192,
         token_counter=COUNTER,
-        summarizer=FakeSummarizer(),
+        summarizer=SlowSummarizer(clock, 0.5),
     ) as runtime:
+        runtime.clock = clock
         for step, size in enumerate(BURSTY):
             outcome = await runtime.commit()
             if outcome.committed:
                 found.append((BURSTY[step - 1], outcome.kind, outcome.reason))
             for message in (model_turn(step), tool_output(step, size)):
+                clock.now += 1.0
                 runtime.append(message)
                 await runtime.boundary()
                 await runtime.settle()
