@@ -144,14 +144,20 @@ class ForegroundRegistry:
         return ForegroundRequest(self, program_id)
 
     def seconds_until_next_request(self) -> float | None:
-        """A cautious forecast of when the next latency-critical request arrives: over the
-        programs with none in flight, the soonest of (a low quantile of that program's own
-        recent gaps between requests, its tool calls mostly) less the time it has been idle; 0
-        when one is due, None when nothing forecasts one (no history yet, every program busy,
-        or idle for over twice its longest gap: it stopped, or this tool call is unlike the
-        earlier ones). Best-effort chunks are sized to end before it (`ChunkSizer`)."""
+        """A cautious forecast of when the next latency-critical request arrives (the soonest
+        of `forecast_requests`); None when nothing forecasts one. Best-effort chunks are sized
+        to end before it (`ChunkSizer`)."""
+        forecasts = self.forecast_requests()
+        return forecasts[0] if forecasts else None
+
+    def forecast_requests(self) -> list[float]:
+        """Cautious forecasts of the next latency-critical requests, soonest first: one per
+        program with none in flight, a low quantile of that program's own recent gaps between
+        requests (its tool calls mostly) less the time it has been idle; 0 when one is due.
+        None for a program without enough history, or idle for over twice its longest gap (it
+        stopped, or this tool call is unlike the earlier ones)."""
         now = time.monotonic()
-        soonest: float | None = None
+        forecasts: list[float] = []
         with self._lock:
             for program_id, idle_since in self._idle_since.items():
                 gaps = self._gaps.get(program_id)
@@ -161,9 +167,8 @@ class ForegroundRegistry:
                 if idle_s > 2 * max(gaps):
                     continue
                 low = sorted(gaps)[len(gaps) // 10]
-                left = max(0.0, low - idle_s)
-                soonest = left if soonest is None else min(soonest, left)
-        return soonest
+                forecasts.append(max(0.0, low - idle_s))
+        return sorted(forecasts)
 
     @property
     def inflight(self) -> int:
@@ -438,6 +443,7 @@ class BatchSizer:
         self.max_tokens = max_tokens
         self.smoothing = smoothing
         self._tokens = float(initial_tokens)
+        self.tokens_per_s: float | None = None  # measured in these batches; None: not yet
 
     @property
     def tokens(self) -> int:
@@ -448,6 +454,11 @@ class BatchSizer:
         took `seconds` of engine time."""
         if tokens <= 0 or seconds <= 0 or batch_tokens <= 0:
             return
+        rate = tokens / seconds
+        previous = self.tokens_per_s
+        self.tokens_per_s = (
+            rate if previous is None else previous + self.smoothing * (rate - previous)
+        )
         per_batch_s = seconds / -(-tokens // batch_tokens)
         proposal = batch_tokens * self.target_s / per_batch_s
         self._tokens += self.smoothing * (proposal - self._tokens)

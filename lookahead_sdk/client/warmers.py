@@ -135,7 +135,8 @@ class LlamaCppWarmer(_HttpWarmer):
     flight when a foreground request arrives delays it by up to one of the engine's batches
     (the embedded engine stops a best-effort prompt after its running batch): a chunk sent in
     idle time that would still run when the next request is forecast asks for small batches
-    (`yield_batches`, toward 50 ms each; stock llama.cpp ignores it). Programs attached to
+    (`yield_batches`, toward 50 ms each; stock llama.cpp ignores it), if in them it ends
+    before the request forecast after that one. Programs attached to
     it get a slot pair (see `llamacpp_slots`): the warm-up is built in the program's branch slot,
     never over its live context. Slot placement needs a session that knows the server's slots
     (`await LlamaCppWarmer.connect(url)`, or `Endpoint.warmer()`); without one the server's own
@@ -565,12 +566,13 @@ class LlamaCppWarmer(_HttpWarmer):
             sent_at = time.perf_counter()
             if self.session.slots is not None:
                 self.session.slots.mirror_live(program_id, False)
-            next_request_s = self.session.foreground.seconds_until_next_request()
+            forecasts = self.session.foreground.forecast_requests()
+            next_request_s = forecasts[0] if forecasts else None
             # Without a gate nothing makes room for foreground work: one request does it all.
             chunk = self.chunks.next_tokens(next_request_s) if self.gate is not None else len(ids)
             start, end = end, min(len(ids), max(end + chunk, first_chunk_end or 0))
             first_chunk_end = None
-            yielding = self._may_meet_next_request(end - start, next_request_s)
+            yielding = self._may_meet_next_request(end - start, forecasts)
             spend.prefilled_tokens += end - start  # computed even if this request is cancelled
             self._branch_now_holds(program_id, ids[:start])  # until the chunk is in
             prefilled, _ = await self._prefill(ids[:end], yielding=yielding)
@@ -592,18 +594,27 @@ class LlamaCppWarmer(_HttpWarmer):
             end, end - prefilled_total, time.perf_counter() - started, complete=end >= len(ids)
         )
 
-    def _may_meet_next_request(self, tokens: int, next_request_s: float | None) -> bool:
-        """Whether a chunk of `tokens` sent now, in idle time, would still run when the next
-        foreground request is forecast (`ForegroundRegistry.seconds_until_next_request`): that
-        request would wait for the engine's batch running then. Only in idle time: while other
-        requests keep the engine busy, best-effort work gets only the batches they leave, and
-        in small batches it fell behind its commits (four agents, docs/benchmarks.md
+    def _may_meet_next_request(self, tokens: int, forecasts: Sequence[float]) -> bool:
+        """Whether a chunk of `tokens` sent now, in idle time, should go in small batches: it
+        would still run when the next foreground request is forecast
+        (`ForegroundRegistry.forecast_requests`), which would wait for the engine's batch
+        running then, and in small batches it ends before the request forecast after that one.
+        Small batches prefill slower, and the rest of the chunk runs beside the requests that
+        arrive meanwhile: it pays for one of them, not for several (four agents lost 5-11% of
+        their run to it, docs/benchmarks.md "Small batches near the next request"). Only in
+        idle time: while other requests keep the engine busy, best-effort work gets only the
+        batches they leave, and in small batches it fell behind its commits (four agents,
         "Best-effort batch cap")."""
-        if self.gate is None or self.yield_batches is None or next_request_s is None:
+        if self.gate is None or self.yield_batches is None or not forecasts:
             return False
         if self.session.foreground.inflight > 0:
             return False
-        return tokens / self.chunks.tokens_per_s > next_request_s
+        if tokens / self.chunks.tokens_per_s <= forecasts[0]:
+            return False
+        if len(forecasts) < 2:
+            return True
+        small_rate = self.yield_batches.tokens_per_s or self.chunks.tokens_per_s
+        return tokens / small_rate <= forecasts[1]
 
 
 class SGLangWarmer(_HttpWarmer):

@@ -427,6 +427,8 @@ def test_best_effort_batches_shrink_until_one_takes_the_target_time() -> None:
         batches = -(-200 // batch)
         sizer.observe(200, batches * (0.020 + 0.005 * batch), batch)
     assert sizer.tokens == 6  # 20 + 6 x 5 = 50 ms
+    # The rate in those batches: 200 tokens in 34 of 50 ms.
+    assert sizer.tokens_per_s == pytest.approx(200 / (-(-200 // 6) * 0.050), rel=0.01)
     for _ in range(20):  # a context so long that even the smallest batch is slower
         sizer.observe(200, 50 * 0.2, sizer.tokens)
     assert sizer.tokens == sizer.min_tokens
@@ -579,6 +581,7 @@ def test_the_next_foreground_request_is_forecast_from_each_programs_own_gaps(
     assert registry.seconds_until_next_request() == pytest.approx(3.0)
     in_flight.end()
     assert registry.seconds_until_next_request() == pytest.approx(1.5)  # the soonest program
+    assert registry.forecast_requests() == pytest.approx([1.5, 3.0])  # every idle program's
     assert registry.inflight == registry.prefilling == 0
 
 
@@ -734,23 +737,32 @@ def test_a_sync_client_holds_best_effort_requests_the_same_way(
 
 
 @pytest.mark.parametrize(
-    ("next_request_s", "foreground_decoding", "small_batches"),
+    ("forecasts", "foreground_decoding", "small_batches"),
     [
-        (0.1, False, True),  # idle, a 128-token chunk (0.13 s) would meet the request due in 0.1 s
-        (5.0, False, False),  # idle, the request is forecast long after the chunk ends
-        (None, False, False),  # nothing forecast
-        (0.1, True, False),  # a reply decodes: the engine is busy, batches stay the engine's
+        (
+            [0.1],
+            False,
+            True,
+        ),  # idle, a 128-token chunk (0.13 s) would meet the request due in 0.1 s
+        ([5.0], False, False),  # idle, the request is forecast long after the chunk ends
+        ([], False, False),  # nothing forecast
+        ([0.1], True, False),  # a reply decodes: the engine is busy, batches stay the engine's
+        # Another request forecast after that one: small batches (0.256 s at 500 tokens/s) only
+        # when the chunk ends before it, so they slow one request's turn, not several.
+        ([0.1, 5.0], False, True),
+        ([0.1, 0.2], False, False),
     ],
 )
 async def test_a_chunk_that_may_meet_the_next_request_goes_in_small_batches(
     stub_server: RecordingProxy,
-    next_request_s: float | None,
+    forecasts: list[float],
     foreground_decoding: bool,
     small_batches: bool,
 ) -> None:
     """An idle engine's warm-up chunk still running when the next foreground request is forecast
     asks the embedded engine for small batches, so that request waits for one of them, not for a
-    128-token batch (0.2-0.95 s on the CPU engine)."""
+    128-token batch (0.2-0.95 s on the CPU engine); unless, in them, it would still run when the
+    request after that one comes."""
     from lookahead_sdk.core.warmer import RequestShape
 
     session = ServerSession(
@@ -758,7 +770,9 @@ async def test_a_chunk_that_may_meet_the_next_request_goes_in_small_batches(
     )
     warmer = warmer_of_fixed_tokens(session, SlackGate(session.foreground, admit="decode"), 128)
     warmer.chunks.tokens_per_s = 1000.0
-    session.foreground.seconds_until_next_request = lambda: next_request_s  # type: ignore[method-assign]
+    assert warmer.yield_batches is not None
+    warmer.yield_batches.tokens_per_s = 500.0
+    session.foreground.forecast_requests = lambda: forecasts  # type: ignore[method-assign]
     reply = session.foreground.begin("other")
     reply.first_token()
     if not foreground_decoding:
@@ -783,5 +797,5 @@ def test_a_warmer_can_keep_the_engines_batches_for_every_chunk() -> None:
 
     session = ServerSession("http://127.0.0.1:9", wire="llamacpp")
     warmer = LlamaCppWarmer(session, gate=session.gate(), yield_batches=False)
-    assert not warmer._may_meet_next_request(4096, 0.0)
-    assert LlamaCppWarmer(session, gate=session.gate())._may_meet_next_request(4096, 0.0)
+    assert not warmer._may_meet_next_request(4096, [0.0])
+    assert LlamaCppWarmer(session, gate=session.gate())._may_meet_next_request(4096, [0.0])
