@@ -95,6 +95,14 @@ class ForegroundRegistry:
         with self._lock:
             self._expected[program_id] = time.monotonic() + within_s
 
+    def forget(self, program_id: str) -> None:
+        """`program_id` ended (a sub-agent, a finished run): it makes no next request to
+        forecast. Its requests in flight, if any, still end as usual."""
+        with self._lock:
+            self._idle_since.pop(program_id, None)
+            self._gaps.pop(program_id, None)
+            self._expected.pop(program_id, None)
+
     def announced(self, program_id: str | None) -> bool:
         """Whether `program_id` announced a model call (`expect`) not sent yet."""
         with self._lock:

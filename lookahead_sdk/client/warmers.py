@@ -69,6 +69,10 @@ class _HttpWarmer(Warmer):
         tagging transport), and a gate holds back best-effort work until it is sent."""
         self.session.foreground.expect(program_id)
 
+    def detach(self, program_id: str) -> None:
+        """It ended: the session stops forecasting its next request."""
+        self.session.foreground.forget(program_id)
+
     async def _post(self, path: str, body: dict[str, Any]) -> dict[str, Any]:
         response = await self._client.post(f"{self.server_url}{path}", json=body)
         response.raise_for_status()
@@ -410,6 +414,7 @@ class LlamaCppWarmer(_HttpWarmer):
         slots.note_cached(child_id, pair.current, ids)
 
     def detach(self, program_id: str) -> None:
+        super().detach(program_id)
         branch = self._branches.pop(program_id, None)
         if self.session.slots is not None:
             self.session.slots.release(program_id, keep=branch)

@@ -597,6 +597,28 @@ def test_forecasts_forget_the_programs_idle_longest(monkeypatch: pytest.MonkeyPa
     assert set(registry._gaps) == {"agent-2", "agent-3", "agent-4"}
 
 
+def test_a_program_that_ended_is_no_longer_forecast(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A sub-agent's short gaps would forecast a request that never comes once it returned
+    (`LookaheadRuntime.subagent_ended` detaches it from the warmer), shrinking every chunk and
+    sending them in small batches for nothing."""
+    from lookahead_sdk import LlamaCppWarmer
+
+    clock = VirtualClock(1000.0)
+    monkeypatch.setattr("lookahead_sdk.client.slack.time.monotonic", clock)
+    session = ServerSession("http://127.0.0.1:9", wire="llamacpp")
+    warmer = LlamaCppWarmer(session, gate=session.gate())
+    registry = session.foreground
+    for program_id, gap in (("main", 6.0), ("main/sub3", 0.5)):
+        registry.begin(program_id).end()
+        idle_gaps(registry, clock, program_id, [gap] * 4)
+    # "main" has been idle through the sub-agent's 2 s.
+    assert registry.forecast_requests() == pytest.approx([0.5, 4.0])
+    warmer.detach("main/sub3")
+    assert registry.forecast_requests() == pytest.approx([4.0])
+    warmer.detach("main/sub3")  # idempotent
+    assert registry.forecast_requests() == pytest.approx([4.0])
+
+
 def test_a_chunk_forecast_to_meet_a_foreground_request_is_cut_to_end_before_it() -> None:
     sizer = ChunkSizer(target_s=0.4, min_tokens=128, initial_tokens_per_s=1000)
     assert sizer.next_tokens() == sizer.next_tokens(None) == sizer.next_tokens(5.0) == 400
