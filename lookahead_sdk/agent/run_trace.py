@@ -78,6 +78,7 @@ class RunTrace:
                     "sent_s": self._at(entry.sent_at),
                     "first_output_s": self._at(entry.first_output_at),
                     "ended_s": self._at(entry.ended_at),
+                    "batch_tokens": entry.batch_tokens,
                 }
                 for entry in sorted(self.requests, key=lambda entry: entry.sent_at)
             ],

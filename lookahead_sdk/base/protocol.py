@@ -53,6 +53,8 @@ MAX_ID_LENGTH = 256
 PROGRAM_HEADER = "X-Program-Id"
 DYNAMO_SESSION_HEADER = "x-dynamo-session-id"
 RELEASE_PATH = "/programs/release"
+# The embedded engine's request field capping a best-effort prompt's batches (engine.patches).
+BEST_EFFORT_BATCH_FIELD = "best_effort_batch_tokens"
 
 WireFormat = Literal["openai", "sglang", "vllm", "llamacpp", "none"]
 WIRE_FORMATS: tuple[str, ...] = get_args(WireFormat)

@@ -24,7 +24,12 @@ from typing import Any, Literal
 
 import httpx
 
-from lookahead_sdk.base.protocol import RequestTags, WireFormat, check_wire
+from lookahead_sdk.base.protocol import (
+    BEST_EFFORT_BATCH_FIELD,
+    RequestTags,
+    WireFormat,
+    check_wire,
+)
 from lookahead_sdk.base.tokens import ServerTokenCounter
 from lookahead_sdk.client.llamacpp_slots import SlotPairs
 from lookahead_sdk.client.slack import (
@@ -39,8 +44,6 @@ from lookahead_sdk.client.timeline import RequestTimeline
 from lookahead_sdk.client.transport import tagged_async_http_client, tagged_http_client
 
 PROBE_TIMEOUT_S = 10.0
-# The embedded engine's request field capping a best-effort prompt's batches (engine.patches).
-BEST_EFFORT_BATCH_FIELD = "best_effort_batch_tokens"
 
 # What a probed server turned out to be. "lookahead": this package's simulator or router (they
 # read the top-level tag fields); "unknown": anything else, a hosted API included.

@@ -62,6 +62,9 @@ class TimelineEntry:
     sent_at: float
     first_output_at: float | None = None
     ended_at: float | None = None
+    # A best-effort prompt sent in batches of at most this many tokens (the embedded engine's
+    # cap); None: the engine's usual batches.
+    batch_tokens: int | None = None
 
     def first_token(self) -> None:
         if self.first_output_at is None:
@@ -91,8 +94,17 @@ class RequestTimeline:
         self._lock = threading.Lock()
         self._entries: list[TimelineEntry] = []
 
-    def begin(self, kind: RequestKind, program_id: str | None, path: str) -> TimelineEntry:
-        entry = TimelineEntry(kind, program_id, path, time.perf_counter())
+    def begin(
+        self,
+        kind: RequestKind,
+        program_id: str | None,
+        path: str,
+        *,
+        batch_tokens: int | None = None,
+    ) -> TimelineEntry:
+        entry = TimelineEntry(
+            kind, program_id, path, time.perf_counter(), batch_tokens=batch_tokens
+        )
         with self._lock:
             self._entries.append(entry)
         return entry
@@ -213,6 +225,10 @@ class BackgroundLoad:
     # and the seconds, besides those, some foreground reply was being decoded: the rest ran
     # while no foreground request was in flight.
     during_foreground_decode_s: float = 0.0
+    # The requests sent in capped batches (`TimelineEntry.batch_tokens`), and those seconds.
+    small_batch_requests: int = 0
+    small_batch_seconds: float = 0.0
+    small_batch_during_foreground_decode_s: float = 0.0
 
 
 def background_overlap(
@@ -238,7 +254,12 @@ def background_overlap(
         # A foreground request is in flight over `busy`: waiting for its first token or
         # decoding; what is not a wait there is a decode.
         in_flight = sum(_overlap(interval, span) for span in busy)
-        load.during_foreground_decode_s += max(0.0, in_flight - waited)
+        decode = max(0.0, in_flight - waited)
+        load.during_foreground_decode_s += decode
+        if entry.batch_tokens is not None:
+            load.small_batch_requests += 1
+            load.small_batch_seconds += interval[1] - interval[0]
+            load.small_batch_during_foreground_decode_s += decode
     return loads
 
 

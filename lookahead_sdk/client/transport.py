@@ -21,7 +21,12 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 import httpx
 
-from lookahead_sdk.base.protocol import RequestTags, WireFormat, check_wire
+from lookahead_sdk.base.protocol import (
+    BEST_EFFORT_BATCH_FIELD,
+    RequestTags,
+    WireFormat,
+    check_wire,
+)
 from lookahead_sdk.base.tags import current_tags
 from lookahead_sdk.client.first_output import FirstOutput
 from lookahead_sdk.client.slack import (
@@ -47,6 +52,10 @@ def merge_tags(
     return merged
 
 
+# The best-effort batch size a tagged request asks for, kept beside it for the timeline.
+BATCH_TOKENS_EXTENSION = "lookahead_sdk.batch_tokens"
+
+
 def tag_request(
     request: httpx.Request, wire: WireFormat, session: ServerSession | None = None
 ) -> httpx.Request:
@@ -66,11 +75,15 @@ def tag_request(
     if not isinstance(body, dict):
         return request
     placement = session.placement_fields(tags, request.url.path) if session is not None else {}
-    content = json.dumps(merge_tags(body, tags, wire, placement)).encode()
+    merged = merge_tags(body, tags, wire, placement)
+    content = json.dumps(merged).encode()
     headers = httpx.Headers(request.headers)
     headers["content-length"] = str(len(content))
+    extensions = dict(request.extensions)
+    if (batch_tokens := merged.get(BEST_EFFORT_BATCH_FIELD)) is not None:
+        extensions[BATCH_TOKENS_EXTENSION] = batch_tokens  # for the session's timeline
     return httpx.Request(
-        request.method, request.url, headers=headers, content=content, extensions=request.extensions
+        request.method, request.url, headers=headers, content=content, extensions=extensions
     )
 
 
@@ -202,7 +215,12 @@ class _Tagging:
         if session.timeline is not None:
             kind = request_kind(request.url.path, foreground=foreground, generation=generation)
             observers.append(
-                session.timeline.begin(kind, tags.program_id if tags else None, request.url.path)
+                session.timeline.begin(
+                    kind,
+                    tags.program_id if tags else None,
+                    request.url.path,
+                    batch_tokens=tagged.extensions.get(BATCH_TOKENS_EXTENSION),
+                )
             )
         return tagged, observers
 

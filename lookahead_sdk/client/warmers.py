@@ -21,11 +21,11 @@ from typing import Any, ClassVar, Self
 import httpx
 
 from lookahead_sdk.base.messages import Message, calls_tools
-from lookahead_sdk.base.protocol import WireFormat
+from lookahead_sdk.base.protocol import BEST_EFFORT_BATCH_FIELD, WireFormat
 from lookahead_sdk.base.tags import current_tags
 from lookahead_sdk.base.tokens import common_prefix_length
 from lookahead_sdk.client.llamacpp_slots import SlotPair, SlotPairs
-from lookahead_sdk.client.session import BEST_EFFORT_BATCH_FIELD, ServerSession
+from lookahead_sdk.client.session import ServerSession
 from lookahead_sdk.client.slack import BatchSizer, ChunkSizer, SlackGate
 from lookahead_sdk.client.transport import tagged_async_http_client
 from lookahead_sdk.core.warmer import RequestShape, Warmer, WarmupResult, WarmupSpend

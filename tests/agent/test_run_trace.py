@@ -60,6 +60,7 @@ def test_a_commit_turn_shows_its_wait_before_the_request_and_what_ran_beside_it(
         request("foreground", "b", 6.5, 6.8, 7.6),
         request("warm_up", "b", 7.6, None, None),
     ]
+    requests[-1].batch_tokens = 16  # sent in small batches
     document = RunTrace(turns, requests, START, START + 10.0).to_json()
     json.dumps(document, allow_nan=False)
 
@@ -67,6 +68,7 @@ def test_a_commit_turn_shows_its_wait_before_the_request_and_what_ran_beside_it(
     assert [t["step"] for t in document["turns"]] == [0, 1]
     assert [r["sent_s"] for r in document["requests"]] == [0.0, 6.5, 7.0, 7.6]
     assert document["requests"][-1]["ended_s"] is None
+    assert [r["batch_tokens"] for r in document["requests"]] == [None, None, None, 16]
     first, commit = document["turns"]
     assert commit["commit"] == "hit" and commit["ttft_s"] == 3.0
     assert (commit["started_s"], commit["sent_s"], commit["first_token_s"]) == (5.0, 7.0, 8.0)

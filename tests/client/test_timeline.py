@@ -192,6 +192,21 @@ def test_background_time_is_split_between_waits_decodes_and_idle_time() -> None:
     assert still_waiting.during_foreground_decode_s == pytest.approx(0.0)
 
 
+def test_background_time_in_small_batches_is_counted_apart() -> None:
+    small = entry("warm_up", "c", 0.5, 3.0, 3.0)  # 0.5 wait, 1.0 decode, 1.0 idle
+    small.batch_tokens = 16
+    entries = [
+        entry("foreground", "a", 0.0, 1.0, 2.0),
+        small,
+        entry("warm_up", "c", 4.0, 4.5, 4.5),  # the engine's batches, idle
+    ]
+    warm_up = background_overlap(entries, now=5.0)["warm_up"]
+    assert (warm_up.requests, warm_up.small_batch_requests) == (2, 1)
+    assert warm_up.seconds == pytest.approx(3.0)
+    assert warm_up.small_batch_seconds == pytest.approx(2.5)
+    assert warm_up.small_batch_during_foreground_decode_s == pytest.approx(1.0)
+
+
 def test_reply_decoding_is_summed_from_first_output_to_end() -> None:
     entries = [
         entry("foreground", "a", 0.0, 1.0, 3.0),  # 2.0
@@ -214,7 +229,7 @@ def test_background_time_during_waits_and_decodes_never_exceeds_its_run(raw) -> 
 
 async def test_the_sessions_transports_record_every_request_with_its_kind_and_times() -> None:
     with RecordingProxy() as server:
-        session = ServerSession(server.url)
+        session = ServerSession(server.url, wire="llamacpp")  # its warm-ups may cap batches
         session.timeline = RequestTimeline()
         http = session.async_http_client()
         client = AsyncOpenAI(base_url=f"{server.url}/v1", api_key="x", http_client=http)
@@ -230,6 +245,10 @@ async def test_the_sessions_transports_record_every_request_with_its_kind_and_ti
             RequestTags("p", priority_class="be", is_lookahead=True, lookahead_group_id="g")
         ):
             await http.post(f"{server.url}/completion", json={"prompt": "x", "n_predict": 0})
+            await http.post(
+                f"{server.url}/completion",
+                json={"prompt": "x", "n_predict": 0, "best_effort_batch_tokens": 16},
+            )
             await http.post(f"{server.url}/slots/1?action=save", json={"filename": "f"})
         outside = httpx.AsyncClient()
         await outside.get(f"{server.url}/health")  # another client: not this session's
@@ -237,7 +256,14 @@ async def test_the_sessions_transports_record_every_request_with_its_kind_and_ti
         await http.aclose()
 
         kinds = [(e.kind, e.program_id) for e in session.timeline.entries]
-        assert kinds == [("foreground", "p"), ("warm_up", "p"), ("slot_copy", "p")]
+        assert kinds == [
+            ("foreground", "p"),
+            ("warm_up", "p"),
+            ("warm_up", "p"),
+            ("slot_copy", "p"),
+        ]
+        # The batch cap a best-effort prompt asked for is recorded with it.
+        assert [e.batch_tokens for e in session.timeline.entries] == [None, None, 16, None]
         for recorded in session.timeline.entries:
             assert recorded.ended_at is not None and recorded.first_output_at is not None
             assert recorded.sent_at <= recorded.first_output_at <= recorded.ended_at
