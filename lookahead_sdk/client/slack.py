@@ -151,19 +151,13 @@ class ForegroundRegistry:
                 self._inflight_by_program[program_id] = count + 1
         return ForegroundRequest(self, program_id)
 
-    def seconds_until_next_request(self) -> float | None:
-        """A cautious forecast of when the next latency-critical request arrives (the soonest
-        of `forecast_requests`); None when nothing forecasts one. Best-effort chunks are sized
-        to end before it (`ChunkSizer`)."""
-        forecasts = self.forecast_requests()
-        return forecasts[0] if forecasts else None
-
     def forecast_requests(self) -> list[float]:
         """Cautious forecasts of the next latency-critical requests, soonest first: one per
         program with none in flight, a low quantile of that program's own recent gaps between
         requests (its tool calls mostly) less the time it has been idle; 0 when one is due.
-        None for a program without enough history, or idle for over twice its longest gap (it
-        stopped, or this tool call is unlike the earlier ones)."""
+        No forecast for a program without enough history, or idle for over twice its longest
+        gap (it stopped, or this tool call is unlike the earlier ones). Best-effort chunks are
+        sized to end before the soonest (`ChunkSizer`)."""
         now = time.monotonic()
         forecasts: list[float] = []
         with self._lock:
@@ -402,7 +396,7 @@ class ChunkSizer:
 
     def next_tokens(self, within_s: float | None = None) -> int:
         """Tokens for the next chunk: `target_s` of prefill, or less when a foreground request
-        is forecast within `within_s` (`ForegroundRegistry.seconds_until_next_request`), so the
+        is forecast within `within_s` (the soonest of `ForegroundRegistry.forecast_requests`), so the
         chunk ends before it arrives; never fewer than `min_tokens`."""
         target_s = self.target_s if within_s is None else min(self.target_s, within_s)
         return max(self.min_tokens, min(self.max_tokens, int(self.tokens_per_s * target_s)))

@@ -564,24 +564,25 @@ def test_the_next_foreground_request_is_forecast_from_each_programs_own_gaps(
     registry = ForegroundRegistry()
     registry.begin("agent").end()
     idle_gaps(registry, clock, "agent", [2.0, 2.0, 2.0])
-    assert registry.seconds_until_next_request() is None  # three gaps: too few to forecast
+    assert registry.forecast_requests() == []  # three gaps: too few to forecast
     idle_gaps(registry, clock, "agent", [2.5, 3.0, 2.2, 1.5])
     clock.now += 0.5
-    assert registry.seconds_until_next_request() == pytest.approx(1.0)  # shortest gap 1.5 s
+    assert registry.forecast_requests() == pytest.approx([1.0])  # shortest gap 1.5 s
     clock.now += 1.5
-    assert registry.seconds_until_next_request() == 0.0  # due: the tool may return any moment
+    assert registry.forecast_requests() == [0.0]  # due: the tool may return any moment
     clock.now += 5.0  # idle over twice its longest gap: no forecast, it is unlike the others
-    assert registry.seconds_until_next_request() is None
+    assert registry.forecast_requests() == []
 
     in_flight = registry.begin("agent")  # a program with a request in flight forecasts nothing
-    assert registry.seconds_until_next_request() is None
+    assert registry.forecast_requests() == []
     registry.begin("other").end()
     idle_gaps(registry, clock, "other", [4.0] * 4)
     clock.now += 1.0
-    assert registry.seconds_until_next_request() == pytest.approx(3.0)
+    assert registry.forecast_requests() == pytest.approx([3.0])
     in_flight.end()
-    assert registry.seconds_until_next_request() == pytest.approx(1.5)  # the soonest program
-    assert registry.forecast_requests() == pytest.approx([1.5, 3.0])  # every idle program's
+    assert registry.forecast_requests() == pytest.approx(
+        [1.5, 3.0]
+    )  # every idle program's, soonest first
     assert registry.inflight == registry.prefilling == 0
 
 
