@@ -104,6 +104,9 @@ def test_server_command_gives_each_slot_its_context() -> None:
     assert value("--flash-attn") == "off"
     assert value("--batch-size") == "128"
     assert {"--jinja", "--metrics", "--slots", "--cache-prompt"} <= set(command)
+    # Otherwise each task llama-server starts first copies every changed idle slot (a
+    # lookahead branch, the live context while a warm-up runs) into its RAM prompt cache.
+    assert "--no-cache-idle-slots" in command
 
 
 def test_stop_without_state_does_nothing(isolated_cache: Path) -> None:
