@@ -396,8 +396,8 @@ class ChunkSizer:
 
     def next_tokens(self, within_s: float | None = None) -> int:
         """Tokens for the next chunk: `target_s` of prefill, or less when a foreground request
-        is forecast within `within_s` (the soonest of `ForegroundRegistry.forecast_requests`), so the
-        chunk ends before it arrives; never fewer than `min_tokens`."""
+        is forecast within `within_s` (the soonest of `ForegroundRegistry.forecast_requests`),
+        so the chunk ends before it arrives; never fewer than `min_tokens`."""
         target_s = self.target_s if within_s is None else min(self.target_s, within_s)
         return max(self.min_tokens, min(self.max_tokens, int(self.tokens_per_s * target_s)))
 

@@ -139,7 +139,7 @@ def server_command(config: EngineConfig, binaries: EngineBinaries, model: Path) 
         # On every task it starts, llama-server would copy each idle slot whose prompt changed
         # into the --cache-ram prompt cache (a full KV state copy, in its main loop): with a
         # lookahead branch in a second slot that delayed each request by ~0.1-0.35 s on the
-        # embedded engine. Slots here are chosen by id, so nothing reads those copies.
+        # embedded engine. A prompt a slot is about to lose is still saved when it is reassigned.
         "--no-cache-idle-slots",
         "--no-webui",
         *(["--slot-save-path", f"{paths.slot_save_dir(config.port)}/"] if config.slot_copies else []),

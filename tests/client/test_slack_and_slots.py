@@ -580,9 +580,8 @@ def test_the_next_foreground_request_is_forecast_from_each_programs_own_gaps(
     clock.now += 1.0
     assert registry.forecast_requests() == pytest.approx([3.0])
     in_flight.end()
-    assert registry.forecast_requests() == pytest.approx(
-        [1.5, 3.0]
-    )  # every idle program's, soonest first
+    # every idle program's, soonest first
+    assert registry.forecast_requests() == pytest.approx([1.5, 3.0])
     assert registry.inflight == registry.prefilling == 0
 
 
