@@ -57,16 +57,27 @@ class BackgroundWork:
     """The lookahead a piece of background work runs for. The runtime sets `promoted` when a
     commit starts waiting for it; work waiting for slack (`client.slack.SlackGate`) then goes
     at once. `due_at` is when its commit is expected (`time.monotonic()`; None: not
-    forecast), refreshed at each boundary; the gate lets due work use less idle slack. Visible
-    to that work through `current_work()` (a contextvar, like the tags)."""
+    forecast), refreshed at each boundary; the gate lets due work use less idle slack.
+    `remaining_s` is the engine time the work still needs (a warmer's estimate, refreshed
+    before each chunk; None: unknown). Visible to that work through `current_work()` (a
+    contextvar, like the tags)."""
 
     group_id: str
     promoted: bool = False
     due_at: float | None = None
+    remaining_s: float | None = None
 
     def due_within(self, seconds: float) -> bool:
         """Its commit is expected within `seconds`, or is not forecast (so may be any moment)."""
         return self.due_at is None or self.due_at - time.monotonic() <= seconds
+
+    def outlasts_idle(self, idle_share: float) -> bool:
+        """Whether the idle time expected before its commit (`idle_share` of the time left)
+        is too short for the work left, so it must also run beside busy time. True when
+        either is unknown: no forecast, or a job (a summary's decode) that cannot say."""
+        if self.due_at is None or self.remaining_s is None:
+            return True
+        return self.remaining_s > max(0.0, self.due_at - time.monotonic()) * idle_share
 
 
 _current_work: contextvars.ContextVar[BackgroundWork | None] = contextvars.ContextVar(

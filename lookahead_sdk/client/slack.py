@@ -273,9 +273,11 @@ class SlackGate:
       with them and their inter-token gap grows by up to the chunk's time (the paper's hybrid
       batching, with `ChunkSizer.target_s` as the inter-token bound);
     - "idle-first" (default): idle time first; beside decoding replies only for work that is
-      due (`BackgroundWork.due_at` within `due_within_s`, or not forecast), or while the engine
-      was idle less than `min_idle_share` of the last `idle_window_s` (several agents keep it
-      busy: waiting for idle time would starve the work).
+      due (`BackgroundWork.due_at` within `due_within_s`, or not forecast) and that the idle
+      time expected before its commit cannot finish (`BackgroundWork.outlasts_idle`, at the
+      engine's recent idle share), or while the engine was idle less than `min_idle_share` of
+      the last `idle_window_s` (several agents keep it busy: waiting for idle time would
+      starve the work).
 
     Promoted work passes at once."""
 
@@ -325,9 +327,16 @@ class SlackGate:
             return True
         if self.admit == "idle" or foreground.prefilling > 0:
             return False
-        if self.admit == "decode" or (work is not None and work.due_within(self.due_within_s)):
+        if self.admit == "decode":
             return True
-        return foreground.idle_share(self.idle_window_s) < self.min_idle_share
+        idle_share = foreground.idle_share(self.idle_window_s)
+        if idle_share < self.min_idle_share:
+            return True
+        return (
+            work is not None
+            and work.due_within(self.due_within_s)
+            and work.outlasts_idle(idle_share)
+        )
 
     def must_yield(self) -> bool:
         """For best-effort work already running (a lookahead summary decoding): whether it

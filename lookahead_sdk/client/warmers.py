@@ -22,7 +22,7 @@ import httpx
 
 from lookahead_sdk.base.messages import Message, calls_tools
 from lookahead_sdk.base.protocol import BEST_EFFORT_BATCH_FIELD, WireFormat
-from lookahead_sdk.base.tags import current_tags
+from lookahead_sdk.base.tags import current_tags, current_work
 from lookahead_sdk.base.tokens import common_prefix_length
 from lookahead_sdk.client.llamacpp_slots import SlotPair, SlotPairs
 from lookahead_sdk.client.session import ServerSession
@@ -563,7 +563,10 @@ class LlamaCppWarmer(_HttpWarmer):
         recalled = self._recalled_prefix(ids)
         first_chunk_end = recalled if recalled > end + self.chunks.min_tokens else None
         prefilled_total = 0
+        work = current_work()
         while end < len(ids):
+            if work is not None:  # the gate weighs it against the idle time before the commit
+                work.remaining_s = (len(ids) - end) / self.chunks.tokens_per_s
             waited_from = time.perf_counter()
             await self._wait_for_slack(finishing)
             if branch.finishing:

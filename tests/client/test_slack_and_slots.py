@@ -160,6 +160,32 @@ async def test_idle_first_admission_keeps_work_that_is_not_due_for_idle_time() -
     assert not gate.has_slack(later) and gate.has_slack(soon)
 
 
+async def test_idle_first_keeps_due_work_to_idle_time_when_the_idle_time_left_suffices() -> None:
+    """Due work runs beside a decoding reply only if the idle time expected before its commit
+    (the engine's recent idle share of the time left) is too short for the work it has left;
+    work that cannot say how much it has left (a summary's decode) goes as before."""
+    registry = ForegroundRegistry()
+    gate = SlackGate(registry, admit="idle-first", idle_window_s=1.0, min_idle_share=0.25)
+    due_at = time.monotonic() + 3
+    small = BackgroundWork("small", due_at=due_at, remaining_s=0.1)
+    large = BackgroundWork("large", due_at=due_at, remaining_s=30.0)
+    unknown = BackgroundWork("unknown", due_at=due_at)
+    overdue = BackgroundWork("overdue", due_at=time.monotonic() - 1, remaining_s=0.1)
+    await asyncio.sleep(0.4)  # an idle engine
+    reply = registry.begin()
+    reply.first_token()  # decoding, the engine idle most of the last second
+    assert registry.idle_share(1.0) > 0.25
+    assert [gate.has_slack(work) for work in (small, large, unknown, overdue)] == [
+        False,
+        True,
+        True,
+        True,
+    ]
+    assert small.outlasts_idle(0.0) and not small.outlasts_idle(1.0)
+    reply.end()
+    assert gate.has_slack(small)  # idle: everything goes
+
+
 def test_idle_share_counts_overlapping_requests_once() -> None:
     created = time.monotonic()
     registry = ForegroundRegistry()
