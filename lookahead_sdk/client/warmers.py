@@ -126,7 +126,10 @@ class BranchSlot:
     unpaired_ids: list[int] = field(default_factory=list)
     live_prefix_share: float = 0.0  # the share of the next warm-up the live context holds
     live_prefix_messages: int = 0  # and how many of its leading messages that is
-    finishing: bool = False  # a commit is waiting: send no further chunk
+    # A commit is waiting for the lookahead group of its latest warm-up (`group_id`): no
+    # further chunk for that group, including from a warm-up of it that starts only now.
+    finishing: bool = False
+    group_id: str | None = None
 
 
 class LlamaCppWarmer(_HttpWarmer):
@@ -191,6 +194,7 @@ class LlamaCppWarmer(_HttpWarmer):
         did not get far, leaves most of it there). Shares, not token counts: the runtime counts
         with its own tokenizer, this warmer in the server's token ids."""
         branch = self._branch(program_id)
+        branch.finishing = False
         prompt_ids, branch.prompt_ids = branch.prompt_ids, []
         warmed_share = (
             common_prefix_length(prompt_ids, self._branch_holds(program_id)) / len(prompt_ids)
@@ -211,7 +215,11 @@ class LlamaCppWarmer(_HttpWarmer):
         """A commit of `program_id` is waiting: its warm-up in flight sends no further chunk and
         returns once the chunk the engine is computing is done (the engine computes it either
         way, and `committed` then knows the branch holds it). The commit request prefills the
-        rest in one go."""
+        rest in one go. It holds until the commit (`committed`) or a warm-up for another
+        lookahead: a warm-up of the same lookahead whose task starts only after this call (the
+        suffix a boundary just before the commit appended) must not send chunks either, or the
+        commit waits for them until `warmup_wait_timeout_s` (traced: 2 s on a KeepRecent commit,
+        behind a chunk that itself waited 1 s for the commit's own announced request)."""
         self._branch(program_id).finishing = True
         return True
 
@@ -521,8 +529,12 @@ class LlamaCppWarmer(_HttpWarmer):
             return WarmupResult(0, 0, time.perf_counter() - started)
         tags = current_tags()
         program_id = tags.program_id if tags is not None else ""
+        group_id = tags.lookahead_group_id if tags is not None else None
         branch = self._branch(program_id)
-        branch.finishing = False
+        if (
+            group_id != branch.group_id
+        ):  # another lookahead: a commit's wait for the last one is over
+            branch.group_id, branch.finishing = group_id, False
         end = common_prefix_length(ids, self._branch_holds(program_id))
         branch.prompt_ids = ids
         live_prefix = int(branch.live_prefix_share * len(ids))
