@@ -531,9 +531,8 @@ class LlamaCppWarmer(_HttpWarmer):
         program_id = tags.program_id if tags is not None else ""
         group_id = tags.lookahead_group_id if tags is not None else None
         branch = self._branch(program_id)
-        if (
-            group_id != branch.group_id
-        ):  # another lookahead: a commit's wait for the last one is over
+        # Another lookahead's warm-up: a commit's wait for the last one is over.
+        if group_id != branch.group_id:
             branch.group_id, branch.finishing = group_id, False
         end = common_prefix_length(ids, self._branch_holds(program_id))
         branch.prompt_ids = ids
