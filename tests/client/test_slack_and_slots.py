@@ -531,12 +531,18 @@ def warmer_of_fixed_tokens(session: ServerSession, gate: SlackGate, tokens: int)
     async def render(*_: object, **__: object) -> str:
         return "rendered"
 
+    warmer.render = render  # type: ignore[method-assign]
+    prompts_render_to(warmer, tokens)
+    return warmer
+
+
+def prompts_render_to(warmer: LlamaCppWarmer, tokens: int) -> None:
+    """From now on every prompt of `warmer_of_fixed_tokens`'s warmer renders to `tokens` ids."""
+
     async def tokenize(_: str) -> list[int]:
         return list(range(tokens))
 
-    warmer.render = render  # type: ignore[method-assign]
     warmer._tokenize = tokenize  # type: ignore[method-assign]
-    return warmer
 
 
 async def test_a_copy_of_the_live_slot_waits_while_a_foreground_prompt_is_prefilled(
@@ -850,17 +856,9 @@ def test_a_warmer_can_keep_the_engines_batches_for_every_chunk() -> None:
     assert LlamaCppWarmer(session, gate=session.gate())._may_meet_next_request(4096, [0.0])
 
 
-def grow_prompts(warmer: LlamaCppWarmer, tokens: int) -> None:
-    """From now on every prompt of `warmer_of_fixed_tokens`'s warmer renders to `tokens` ids."""
-
-    async def tokenize(_: str) -> list[int]:
-        return list(range(tokens))
-
-    warmer._tokenize = tokenize  # type: ignore[method-assign]
-
-
 async def test_a_commits_finish_also_stops_a_warm_up_of_its_lookahead_that_starts_later(
     stub_server: RecordingProxy,
+    llamacpp_session: ServerSession,
 ) -> None:
     """A boundary just before a commit starts a warm-up of the suffix it appended; the commit
     asks the warmer to finish before that task has run. That warm-up must send nothing (the
@@ -868,22 +866,20 @@ async def test_a_commits_finish_also_stops_a_warm_up_of_its_lookahead_that_start
     next lookahead, after the commit, warms as usual."""
     from lookahead_sdk.core.warmer import RequestShape
 
-    session = ServerSession(
-        stub_server.url, wire="llamacpp", facts=ServerFacts(llamacpp=True, total_slots=4)
-    )
+    session = llamacpp_session
     warmer = warmer_of_fixed_tokens(session, SlackGate(session.foreground, admit="decode"), 64)
     messages: list[Message] = [{"role": "user", "content": "hi"}]
     try:
         with use_tags(RequestTags("p").lookahead("g1")):
             await warmer.warm(messages, shape=RequestShape())  # the lookahead's first warm-up
         assert len(stub_server.bodies("completion")) == 1
-        grow_prompts(warmer, 96)  # the boundary appended a suffix
+        prompts_render_to(warmer, 96)  # the boundary appended a suffix
         assert warmer.finish_warm_up("p")  # the commit waits for g1's warm-up
         with use_tags(RequestTags("p").lookahead("g1")):
             late = await asyncio.wait_for(warmer.warm(messages, shape=RequestShape()), 5)
         assert not late.complete and len(stub_server.bodies("completion")) == 1
         warmer.committed("p", replaced=True)
-        grow_prompts(warmer, 128)
+        prompts_render_to(warmer, 128)
         with use_tags(RequestTags("p").lookahead("g2")):
             after = await warmer.warm(messages, shape=RequestShape())
         assert after.complete and len(stub_server.bodies("completion")) == 2
@@ -894,18 +890,17 @@ async def test_a_commits_finish_also_stops_a_warm_up_of_its_lookahead_that_start
 
 async def test_a_warm_up_for_another_lookahead_is_not_held_by_an_earlier_finish(
     stub_server: RecordingProxy,
+    llamacpp_session: ServerSession,
 ) -> None:
     from lookahead_sdk.core.warmer import RequestShape
 
-    session = ServerSession(
-        stub_server.url, wire="llamacpp", facts=ServerFacts(llamacpp=True, total_slots=4)
-    )
+    session = llamacpp_session
     warmer = warmer_of_fixed_tokens(session, SlackGate(session.foreground, admit="decode"), 64)
     try:
         with use_tags(RequestTags("p").lookahead("g1")):
             await warmer.warm([{"role": "user", "content": "hi"}], shape=RequestShape())
         warmer.finish_warm_up("p")  # a commit that ends without `committed` (a fallback)
-        grow_prompts(warmer, 96)
+        prompts_render_to(warmer, 96)
         with use_tags(RequestTags("p").lookahead("g2")):
             result = await warmer.warm([{"role": "user", "content": "hi"}], shape=RequestShape())
         assert result.complete and len(stub_server.bodies("completion")) == 2
