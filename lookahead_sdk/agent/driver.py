@@ -36,6 +36,7 @@ from lookahead_sdk.client.slack import DEFAULT_GATE_ADMISSION, GateAdmission, Sl
 from lookahead_sdk.client.timeline import (
     RequestTimeline,
     background_overlap,
+    engine_idle_s,
     mean_background,
     reply_decode_s,
     summed_turn_waits,
@@ -108,6 +109,8 @@ class RunResult:
     background: dict[str, dict[str, float]] = field(default_factory=dict)
     # Foreground replies' decoding (first token to end), summed (`timeline.reply_decode_s`).
     reply_decode_s: float = 0.0
+    # Seconds no request to the engine was in flight (`timeline.engine_idle_s`).
+    engine_idle_s: float = 0.0
     gate_wait_s: float = 0.0  # best-effort work held back by the slack gate, summed
     background_yields: float = 0  # background LLM replies stopped for a foreground request
     # CPU seconds the client process (the agents, the SDK, its HTTP clients) used over the run:
@@ -137,6 +140,7 @@ class RunResult:
         merged.background = mean_background([run.background for run in runs])
         merged.gate_wait_s = sum(run.gate_wait_s for run in runs) / count
         merged.reply_decode_s = sum(run.reply_decode_s for run in runs) / count
+        merged.engine_idle_s = sum(run.engine_idle_s for run in runs) / count
         merged.background_yields = sum(run.background_yields for run in runs) / count
         merged.client_cpu_s = sum(run.client_cpu_s for run in runs) / count
         return merged
@@ -175,6 +179,9 @@ class RunResult:
         for kind, load in background_overlap(trace.requests, now=trace.ended_at).items():
             self.background[kind] = asdict(load)
         self.reply_decode_s = reply_decode_s(trace.requests, now=trace.ended_at)
+        self.engine_idle_s = engine_idle_s(
+            trace.requests, started_at=trace.started_at, ended_at=trace.ended_at
+        )
 
     def to_json(self) -> dict:
         return asdict(self)

@@ -37,9 +37,10 @@ WAITS_LEGEND = (
     "token, and seconds of the rest while a foreground reply was decoding (on a CPU that "
     "reply decodes slower by about as much; '-': not measured in that run); yields: "
     "background LLM replies stopped when a foreground request arrived and continued later; "
-    "gate: seconds best-effort work waited for slack; decode: seconds the foreground "
-    "replies spent decoding (first token to end) per run, sync -> lookahead; client CPU: CPU "
-    "seconds the client process used per run, sync -> lookahead."
+    "gate: seconds best-effort work waited for slack. The whole run, sync -> lookahead: "
+    "seconds the foreground replies spent decoding (first token to end); seconds with no "
+    "request to the engine in flight (what the synchronous run leaves is the most background "
+    "work that can run without lengthening it); CPU seconds the client process used."
 )
 
 
@@ -66,14 +67,11 @@ def waits_tables(runs: Runs, *, name: str = "strategy") -> list[Table]:
     background = compact_table(
         "Background requests (lookahead runs, per run): n / s run / s during a foreground wait"
         " / s beside a decoding reply",
-        (
-            name,
-            *(label for _, label in BACKGROUND_COLUMNS),
-            "yields",
-            "gate s",
-            "decode s s->l",
-            "client CPU s s->l",
-        ),
+        (name, *(label for _, label in BACKGROUND_COLUMNS), "yields", "gate s"),
+    )
+    whole_run = compact_table(
+        "The whole run, per run, sync -> lookahead",
+        (name, "replies decoding s", "engine idle s", "client CPU s"),
     )
     for run_name, by_mode in runs.items():
         for kind, letter, ttft_key in TURN_KINDS:
@@ -95,12 +93,15 @@ def waits_tables(runs: Runs, *, name: str = "strategy") -> list[Table]:
             *(_load(look["background"].get(kind)) for kind, _ in BACKGROUND_COLUMNS),
             _count(look.get("background_yields")),
             "-" if gate_wait_s is None else f"{gate_wait_s:.1f}",
-            _sync_to_lookahead(by_mode["sync"].get("reply_decode_s"), look.get("reply_decode_s")),
-            _sync_to_lookahead(
-                by_mode["sync"].get("client_cpu_s"), look.get("client_cpu_s"), decimals=1
-            ),
         )
-    return [waits, background]
+        sync = by_mode["sync"]
+        whole_run.add_row(
+            run_name,
+            _sync_to_lookahead(sync.get("reply_decode_s"), look.get("reply_decode_s")),
+            _sync_to_lookahead(sync.get("engine_idle_s"), look.get("engine_idle_s")),
+            _sync_to_lookahead(sync.get("client_cpu_s"), look.get("client_cpu_s"), decimals=1),
+        )
+    return [waits, background, whole_run]
 
 
 def _sync_to_lookahead(sync_s: float | None, look_s: float | None, *, decimals: int = 0) -> str:

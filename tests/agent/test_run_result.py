@@ -22,6 +22,7 @@ def run(wall_s: float, transform: list[float], hits: int, warm_ups: int, yields:
         gate_wait_s=float(warm_ups),
         background_yields=yields,
         reply_decode_s=10.0 * yields,
+        engine_idle_s=wall_s / 10,
     )
 
 
@@ -39,6 +40,7 @@ def test_pooled_runs_keep_every_turn_and_each_wall_time() -> None:
     assert pooled.background == {"warm_up": {"requests": 5.0, "seconds": 10.0}}
     assert pooled.gate_wait_s == pytest.approx(5.0) and pooled.background_yields == 1.5
     assert pooled.reply_decode_s == pytest.approx(15.0)
+    assert pooled.engine_idle_s == pytest.approx(6.2)
 
 
 def test_pooling_nothing_is_an_error() -> None:

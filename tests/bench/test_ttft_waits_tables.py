@@ -44,12 +44,20 @@ def test_the_background_table_shows_work_beside_decoding_replies_and_their_decod
 def test_runs_recorded_before_the_decode_measure_show_a_dash() -> None:
     text = rendered({"offload": {"sync": mode_run(None, None), "lookahead": mode_run(None, None)}})
     assert "4/3.0/0.5/-" in text
-    # gate seconds, then decode and client CPU: not measured
-    assert text.split()[-3:] == ["0.3", "-", "-"]
+    # the background table ends with the gate seconds; decode, idle and client CPU: not measured
+    assert "-      0.3" in text
+    assert text.split()[-4:] == ["offload", "-", "-", "-"]
 
 
 def test_the_background_table_shows_the_client_cpu_per_run() -> None:
     sync, look = mode_run(20.0, None), mode_run(43.0, 2.0)
     sync["client_cpu_s"], look["client_cpu_s"] = 1.4, 2.6
     text = rendered({"isolate": {"sync": sync, "lookahead": look}})
-    assert text.split()[-2:] == ["20->43", "1.4->2.6"]  # decode, then client CPU seconds
+    assert text.split()[-4:] == ["isolate", "20->43", "-", "1.4->2.6"]  # decode, idle, CPU
+
+
+def test_the_background_table_shows_the_engines_idle_time_per_run() -> None:
+    sync, look = mode_run(20.0, None), mode_run(43.0, 2.0)
+    sync["engine_idle_s"], look["engine_idle_s"] = 31.6, 4.2
+    text = rendered({"keep_recent": {"sync": sync, "lookahead": look}})
+    assert text.split()[-4:] == ["keep_recent", "20->43", "32->4", "-"]

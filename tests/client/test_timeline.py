@@ -15,6 +15,7 @@ from lookahead_sdk.client.timeline import (
     RequestTimeline,
     TimelineEntry,
     background_overlap,
+    engine_idle_s,
     first_output_after,
     mean_background,
     reply_decode_s,
@@ -215,6 +216,30 @@ def test_reply_decoding_is_summed_from_first_output_to_end() -> None:
         entry("warm_up", "c", 0.0, 0.5, 4.0),  # not a reply
     ]
     assert reply_decode_s(entries, now=5.0) == pytest.approx(3.0)
+
+
+def test_engine_idle_time_is_the_run_with_no_engine_request_in_flight() -> None:
+    entries = [
+        entry("foreground", "a", 1.0, 1.5, 3.0),
+        entry("warm_up", "b", 2.5, 4.0, 4.0),  # overlaps the reply: busy 1.0-4.0
+        entry("other", "b", 5.0, 5.1, 5.1),  # a tokenize call does not occupy the engine
+        entry("slot_copy", "a", 6.0, 6.2, 6.2),
+        entry("foreground", "a", 9.0, 9.5, None),  # still running at the end: busy 9-10
+        entry("warm_up", "c", -2.0, -1.0, -1.0),  # before the run
+    ]
+    idle = engine_idle_s(entries, started_at=0.0, ended_at=10.0)
+    assert idle == pytest.approx(10.0 - 3.0 - 0.2 - 1.0)
+    assert engine_idle_s([], started_at=0.0, ended_at=10.0) == pytest.approx(10.0)
+
+
+@given(st.lists(intervals, max_size=12), st.floats(0, 50), st.floats(0, 60))
+def test_engine_idle_time_stays_within_the_run(raw, start, length) -> None:
+    entries = [entry(kind, p, s, s + d / 2, s + d) for kind, p, s, d in raw]
+    idle = engine_idle_s(entries, started_at=start, ended_at=start + length)
+    assert 0.0 <= idle <= length + 1e-9
+    engine = [e for e in entries if e.kind != "other"]
+    if not any(e.sent_at < start + length and e.ended_at > start for e in engine):
+        assert idle == pytest.approx(length)
 
 
 @given(st.lists(intervals, max_size=12))

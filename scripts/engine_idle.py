@@ -1,0 +1,69 @@
+#!/usr/bin/env python3
+"""From `bench ttft --trace` / `demo --out` trace files: per run, the seconds no request to the
+engine was in flight (`timeline.engine_idle_s`), against the run's wall time. A synchronous run
+that leaves little idle time cannot hide a lookahead's extra engine work: what the lookahead
+adds beyond that idle time lengthens the run.
+
+    python scripts/engine_idle.py docs/results/diagnostics/keep_recent_4agents_no_small_batches_trace.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from typing import Any
+
+from lookahead_sdk.client.timeline import TimelineEntry, engine_idle_s
+
+
+def entries(run: dict[str, Any]) -> list[TimelineEntry]:
+    """The run's requests on its own clock (seconds from its start)."""
+    return [
+        TimelineEntry(
+            request["kind"],
+            request["program_id"],
+            request["path"],
+            request["sent_s"],
+            request["first_output_s"],
+            request["ended_s"],
+        )
+        for request in run["requests"]
+    ]
+
+
+def idle_rows(trace: dict[str, Any]) -> list[dict[str, Any]]:
+    rows = []
+    for run in trace["runs"]:
+        wall = run["duration_s"]
+        idle = engine_idle_s(entries(run), started_at=0.0, ended_at=wall)
+        rows.append(
+            {
+                "strategy": run["strategy"],
+                "mode": run["mode"],
+                "repeat": run["repeat"],
+                "wall_s": wall,
+                "idle_s": idle,
+                "idle_share": idle / wall if wall else 0.0,
+            }
+        )
+    return rows
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("traces", nargs="+")
+    args = parser.parse_args()
+    print(f"{'trace':44} {'strategy':12} {'mode':9} {'rep':>3} {'wall s':>7} {'idle s':>7} idle")
+    for path in args.traces:
+        with open(path) as file:
+            trace = json.load(file)
+        name = path.rsplit("/", 1)[-1].removesuffix(".json")
+        for row in idle_rows(trace):
+            print(
+                f"{name[:44]:44} {row['strategy']:12} {row['mode']:9} {row['repeat']:>3} "
+                f"{row['wall_s']:7.1f} {row['idle_s']:7.1f} {row['idle_share']:5.1%}"
+            )
+
+
+if __name__ == "__main__":
+    main()
