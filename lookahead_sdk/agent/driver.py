@@ -43,7 +43,11 @@ from lookahead_sdk.client.timeline import (
     turn_waits_by_kind,
 )
 from lookahead_sdk.client.transport import tagged_async_http_client
-from lookahead_sdk.client.warmers import LlamaCppWarmer, make_warmer
+from lookahead_sdk.client.warmers import (
+    DEFAULT_WARM_UP_BATCH_TOKENS,
+    LlamaCppWarmer,
+    make_warmer,
+)
 from lookahead_sdk.core.config import RuntimeConfig
 from lookahead_sdk.core.offload_store import OffloadStore
 from lookahead_sdk.core.policy import ContextPolicy
@@ -235,12 +239,23 @@ async def warm_client_stack(base_url: str, *, model: str, warmer: str = "openai"
 
 
 def run_warmer(
-    warmer: str, session: ServerSession, gate: SlackGate | None, *, small_batches: bool = True
+    warmer: str,
+    session: ServerSession,
+    gate: SlackGate | None,
+    *,
+    small_batches: bool = True,
+    warm_up_batch_tokens: int | None = DEFAULT_WARM_UP_BATCH_TOKENS,
 ) -> Warmer:
     """The warmer of a lookahead run: on llama.cpp gated by the run's slack gate, a chunk that
-    may meet the next request in small batches unless `small_batches` is False."""
+    may meet the next request in small batches unless `small_batches` is False, a chunk past
+    1K cached tokens in `warm_up_batch_tokens` batches (None: the engine's)."""
     if warmer == "llamacpp":
-        return LlamaCppWarmer(session, gate=gate, yield_batches=small_batches)
+        return LlamaCppWarmer(
+            session,
+            gate=gate,
+            yield_batches=small_batches,
+            warm_up_batch_tokens=warm_up_batch_tokens,
+        )
     return make_warmer(warmer, session)
 
 
@@ -261,6 +276,7 @@ async def run_agents(
     slack_admission: bool | None = None,
     slack_admit: GateAdmission = DEFAULT_GATE_ADMISSION,
     small_batches: bool = True,
+    warm_up_batch_tokens: int | None = DEFAULT_WARM_UP_BATCH_TOKENS,
     tool_latency_s: float = 0.0,
     tool_output_tokens: tuple[int, int] | None = None,
     large_output_every: int = DEFAULT_LARGE_OUTPUT_EVERY,
@@ -269,7 +285,7 @@ async def run_agents(
     """`agents` concurrent agents (seeds seed..seed+agents-1), each its own program. Reads are
     `tool_output_tokens` long (default: scaled to `window_tokens`, see `default_read_tokens`).
     `slack_admit` is the client-side gate's rule (`SlackGate`), used with the llama.cpp warmer,
-    as `small_batches` (`LlamaCppWarmer(yield_batches=...)`).
+    as `small_batches` (`LlamaCppWarmer(yield_batches=...)`) and `warm_up_batch_tokens`.
     `on_trace` gets the run's turns and requests once it completes."""
     if agents < 1:
         raise ValueError(f"agents must be >= 1, got {agents}")
@@ -285,7 +301,13 @@ async def run_agents(
     session.timeline = RequestTimeline()
     llm = Endpoint.from_session(session, model=model, emulate_tool_calls=False).chat_client(gate)
     warm = (
-        run_warmer(warmer, session, gate, small_batches=small_batches)
+        run_warmer(
+            warmer,
+            session,
+            gate,
+            small_batches=small_batches,
+            warm_up_batch_tokens=warm_up_batch_tokens,
+        )
         if mode == "lookahead"
         else None
     )

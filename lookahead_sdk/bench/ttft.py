@@ -54,6 +54,7 @@ from lookahead_sdk.bench.trace_plot import plot_trace
 from lookahead_sdk.bench.ttft_targets import FEW_TURNS, TurnLists, targets_tables
 from lookahead_sdk.bench.ttft_waits import WAITS_LEGEND, has_waits, waits_tables
 from lookahead_sdk.client.slack import DEFAULT_GATE_ADMISSION, GATE_ADMISSIONS, GateAdmission
+from lookahead_sdk.client.warmers import DEFAULT_WARM_UP_BATCH_TOKENS
 from lookahead_sdk.engine.config import MODEL_CONTEXT
 from lookahead_sdk.errors import ConfigurationError
 from lookahead_sdk.scheduling.profiles import latency_profile
@@ -94,6 +95,9 @@ class TtftBenchConfig:
     gate: GateAdmission = DEFAULT_GATE_ADMISSION  # client-side slack admission on llama.cpp
     # LlamaCppWarmer(yield_batches=...): a chunk that may meet the next request in small batches.
     small_batches: bool = True
+    # LlamaCppWarmer(warm_up_batch_tokens=...): other chunks past 1K cached tokens; None: the
+    # engine's batches.
+    warm_up_batch_tokens: int | None = DEFAULT_WARM_UP_BATCH_TOKENS
     modes: tuple[str, ...] = MODES  # one mode alone only to trace it (no side-by-side figures)
     # Runs per strategy and mode, the modes in ABBA order (sync, lookahead, lookahead, sync, ...)
     # so that a machine slowing down or speeding up over the run weighs on both alike.
@@ -309,6 +313,7 @@ async def run_ttft_bench(
             "large_output_every": config.large_output_every,
             "gate": config.gate,
             "small_batches": config.small_batches,
+            "warm_up_batch_tokens": config.warm_up_batch_tokens,
             "repeats": config.repeats,
             "machine": f"{platform.machine()}, {__import__('os').cpu_count()} CPUs",
             "strategies": {},
@@ -345,6 +350,7 @@ async def run_ttft_bench(
                         large_output_every=config.large_output_every,
                         slack_admit=config.gate,
                         small_batches=config.small_batches,
+                        warm_up_batch_tokens=config.warm_up_batch_tokens,
                         on_trace=(
                             None if on_trace is None else partial(on_trace, strategy, mode, repeat)
                         ),
@@ -596,6 +602,7 @@ def main(args: argparse.Namespace) -> int:
         large_output_every=args.large_output_every,
         gate=args.gate,
         small_batches=args.small_batches,
+        warm_up_batch_tokens=args.warm_up_batch_tokens or None,
         repeats=args.repeats,
     )
     traces: list[dict[str, Any]] | None = [] if args.trace else None
@@ -726,4 +733,13 @@ def add_run_arguments(parser: argparse.ArgumentParser, *, tool_latency_s: float)
         action="store_false",
         help="llama.cpp warmer: send a chunk that may meet the next request in the engine's usual "
         "batches too (LlamaCppWarmer(yield_batches=False)); by default it goes in small ones",
+    )
+    parser.add_argument(
+        "--warm-up-batch",
+        dest="warm_up_batch_tokens",
+        type=non_negative_int,
+        default=DEFAULT_WARM_UP_BATCH_TOKENS,
+        metavar="N",
+        help="llama.cpp warmer: tokens per engine batch of a warm-up chunk extending 1K or more "
+        f"cached tokens (default {DEFAULT_WARM_UP_BATCH_TOKENS}; 0: the engine's batches)",
     )

@@ -103,7 +103,7 @@ class TargetRow:
 SETUP_FIELDS = (
     "engine", "engine_threads", "model", "agents", "steps", "isolate_steps", "window_tokens",
     "warmer", "max_tokens", "tool_latency_s", "tool_output_tokens", "large_output_every", "gate",
-    "small_batches",
+    "small_batches", "warm_up_batch_tokens",
 )  # fmt: skip
 
 

@@ -36,6 +36,7 @@ def main(args: argparse.Namespace) -> int:
         engine_threads=args.engine_threads,
         gate=args.gate,
         small_batches=args.small_batches,
+        warm_up_batch_tokens=args.warm_up_batch_tokens or None,
         repeats=args.repeats,
     )
     print(

@@ -111,6 +111,10 @@ class OpenAIWarmer(_HttpWarmer):
 
 log = logging.getLogger(__name__)
 SEEDED_PREFIX_TRUST = 0.9
+# A warm-up chunk extending at least this many cached tokens goes in the warmer's
+# `warm_up_batch_tokens` batches: below it, the engine's larger batches prefill faster.
+LONG_CONTEXT_TOKENS = 1024
+DEFAULT_WARM_UP_BATCH_TOKENS = 32
 
 
 @dataclass
@@ -143,7 +147,12 @@ class LlamaCppWarmer(_HttpWarmer):
     (the embedded engine stops a best-effort prompt after its running batch): a chunk sent in
     idle time that would still run when the next request is forecast asks for small batches
     (`yield_batches`, toward 50 ms each; stock llama.cpp ignores it), if in them it ends
-    before the request forecast after that one. Programs attached to
+    before the request forecast after that one. Any other chunk extending a context of
+    `LONG_CONTEXT_TOKENS` or more asks for batches of `warm_up_batch_tokens` (None: the
+    engine's): on the embedded engine's CPU backend a batch's attention scratch grows with
+    batch x context, and past ~2K cached tokens 32-token batches prefilled 8-30% faster than
+    128-token ones, beside decoding replies too (docs/benchmarks.md, "Warm-up batches").
+    Programs attached to
     it get a slot pair (see `llamacpp_slots`): the warm-up is built in the program's branch slot,
     never over its live context. Slot placement needs a session that knows the server's slots
     (`await LlamaCppWarmer.connect(url)`, or `Endpoint.warmer()`); without one the server's own
@@ -160,8 +169,18 @@ class LlamaCppWarmer(_HttpWarmer):
         chunk_target_s: float = 0.4,
         max_chunk_tokens: int = 2048,
         yield_batches: bool = True,
+        warm_up_batch_tokens: int | None = DEFAULT_WARM_UP_BATCH_TOKENS,
         **kwargs: Any,
     ) -> None:
+        if warm_up_batch_tokens is not None and (
+            isinstance(warm_up_batch_tokens, bool)
+            or not isinstance(warm_up_batch_tokens, int)
+            or warm_up_batch_tokens < 1
+        ):
+            raise ValueError(
+                f"warm_up_batch_tokens must be a positive number of tokens or None (the "
+                f"engine's batches), got {warm_up_batch_tokens!r}"
+            )
         super().__init__(server, **kwargs)
         if gate is not None and gate.foreground is not self.session.foreground:
             raise ValueError(
@@ -172,6 +191,7 @@ class LlamaCppWarmer(_HttpWarmer):
         self.chunks = ChunkSizer(target_s=chunk_target_s, max_tokens=max_chunk_tokens)
         # Sizes the batches of chunks that may meet the next foreground request; None: off.
         self.yield_batches = BatchSizer() if yield_batches else None
+        self.warm_up_batch_tokens = warm_up_batch_tokens
         self._branches: dict[str, BranchSlot] = {}  # per program
         self.slot_copies = True  # off after the server refuses one (no --slot-save-path)
 
@@ -474,10 +494,13 @@ class LlamaCppWarmer(_HttpWarmer):
         body = {**shape.chat_fields(), "messages": list(messages)}
         return (await self._post("/apply-template", body))["prompt"]
 
-    async def _prefill(self, prompt: str | list[int], *, yielding: bool = False) -> tuple[int, int]:
+    async def _prefill(
+        self, prompt: str | list[int], *, yielding: bool = False, cached_tokens: int = 0
+    ) -> tuple[int, int]:
         """Prefill `prompt` (n_predict=0); the tokens computed and found cached. A best-effort
         prompt goes in the batches `session.best_effort_batch` sizes (all best-effort work, when
-        set), else, `yielding`, in those `yield_batches` sizes."""
+        set), else, `yielding`, in those `yield_batches` sizes, else, extending `cached_tokens`
+        of at least `LONG_CONTEXT_TOKENS`, in `warm_up_batch_tokens` batches."""
         body: dict[str, Any] = {
             "prompt": prompt,
             "n_predict": 0,
@@ -492,6 +515,12 @@ class LlamaCppWarmer(_HttpWarmer):
             sizer = self.yield_batches
         if sizer is not None:  # sent here so that the size observed is the size asked for
             batch = body[BEST_EFFORT_BATCH_FIELD] = sizer.tokens
+        elif (
+            best_effort
+            and self.warm_up_batch_tokens is not None
+            and cached_tokens >= LONG_CONTEXT_TOKENS
+        ):
+            body[BEST_EFFORT_BATCH_FIELD] = self.warm_up_batch_tokens
         timings = (await self._post("/completion", body)).get("timings") or {}
         prefilled = int(timings.get("prompt_n", 0))
         seconds = float(timings.get("prompt_ms", 0.0)) / 1000
@@ -594,7 +623,7 @@ class LlamaCppWarmer(_HttpWarmer):
             yielding = self._may_meet_next_request(end - start, forecasts)
             spend.prefilled_tokens += end - start  # computed even if this request is cancelled
             self._branch_now_holds(program_id, ids[:start])  # until the chunk is in
-            prefilled, _ = await self._prefill(ids[:end], yielding=yielding)
+            prefilled, _ = await self._prefill(ids[:end], yielding=yielding, cached_tokens=start)
             log.debug(
                 "%s chunk %d-%d%s: gate %.2f s, engine %.2f s, computed %d",
                 program_id,

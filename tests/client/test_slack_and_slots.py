@@ -847,6 +847,74 @@ async def test_a_chunk_that_may_meet_the_next_request_goes_in_small_batches(
         await warmer.aclose()
 
 
+async def test_chunks_past_a_long_cached_context_go_in_the_warm_up_batches(
+    stub_server: RecordingProxy,
+) -> None:
+    """A chunk extending 1K or more cached tokens asks for `warm_up_batch_tokens` batches (the
+    CPU engine prefills long contexts faster in them); one from a short context keeps the
+    engine's; a chunk near the next request keeps the small ones; None turns it off."""
+    from lookahead_sdk import LlamaCppWarmer
+    from lookahead_sdk.client.warmers import LONG_CONTEXT_TOKENS
+    from lookahead_sdk.core.warmer import RequestShape
+
+    session = ServerSession(
+        stub_server.url, wire="llamacpp", facts=ServerFacts(llamacpp=True, total_slots=4)
+    )
+    warmer = warmer_of_fixed_tokens(session, SlackGate(session.foreground, admit="decode"), 1600)
+    warmer.chunks.tokens_per_s = 1000.0  # 0.4 s: 400-token chunks
+    assert warmer.warm_up_batch_tokens == 32
+    messages: list[Message] = [{"role": "user", "content": "hi"}]
+    try:
+        with use_tags(RequestTags("p").best_effort()):
+            await warmer.warm(messages, shape=RequestShape())
+        chunks = stub_server.bodies("completion")
+        starts = [0, *(len(chunk["prompt"]) for chunk in chunks[:-1])]
+        assert len(chunks) == 4
+        for start, chunk in zip(starts, chunks, strict=True):
+            expected = 32 if start >= LONG_CONTEXT_TOKENS else None
+            assert chunk.get("best_effort_batch_tokens") == expected
+        assert any(start < LONG_CONTEXT_TOKENS for start in starts)
+        assert any(start >= LONG_CONTEXT_TOKENS for start in starts)
+
+        # Near the next request (idle engine), the small batches win.
+        session.foreground.forecast_requests = lambda: [0.01]  # type: ignore[method-assign]
+        prompts_render_to(warmer, 1728)
+        with use_tags(RequestTags("p").best_effort()):
+            await warmer.warm(messages, shape=RequestShape())
+        near = stub_server.bodies("completion")[-1]
+        assert warmer.yield_batches is not None
+        assert near["best_effort_batch_tokens"] == warmer.yield_batches.tokens == 16
+    finally:
+        warmer.detach("p")
+        await warmer.aclose()
+
+    off = LlamaCppWarmer(session, gate=session.gate(), warm_up_batch_tokens=None)
+    off.attach("q")
+    off.render = warmer.render  # type: ignore[method-assign]
+    prompts_render_to(off, 1600)
+    off.chunks.tokens_per_s = 1000.0
+    before = len(stub_server.bodies("completion"))
+    try:
+        with use_tags(RequestTags("q").best_effort()):
+            await off.warm(messages, shape=RequestShape())
+        assert all(
+            "best_effort_batch_tokens" not in chunk
+            for chunk in stub_server.bodies("completion")[before:]
+        )
+    finally:
+        off.detach("q")
+        await off.aclose()
+
+
+@pytest.mark.parametrize("bad", [0, -32, 1.5, True, "32"])
+def test_a_warm_up_batch_that_is_not_a_positive_count_is_refused(bad: object) -> None:
+    from lookahead_sdk import LlamaCppWarmer
+
+    session = ServerSession("http://127.0.0.1:9", wire="llamacpp")
+    with pytest.raises(ValueError, match="warm_up_batch_tokens must be a positive number"):
+        LlamaCppWarmer(session, warm_up_batch_tokens=bad)  # type: ignore[arg-type]
+
+
 def test_a_warmer_can_keep_the_engines_batches_for_every_chunk() -> None:
     from lookahead_sdk import LlamaCppWarmer
 
