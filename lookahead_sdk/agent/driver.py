@@ -44,7 +44,6 @@ from lookahead_sdk.client.timeline import (
 )
 from lookahead_sdk.client.transport import tagged_async_http_client
 from lookahead_sdk.client.warmers import (
-    DEFAULT_WARM_UP_BATCH_TOKENS,
     LlamaCppWarmer,
     make_warmer,
 )
@@ -244,7 +243,7 @@ def run_warmer(
     gate: SlackGate | None,
     *,
     small_batches: bool = True,
-    warm_up_batch_tokens: int | None = DEFAULT_WARM_UP_BATCH_TOKENS,
+    warm_up_batch_tokens: int | None = None,
 ) -> Warmer:
     """The warmer of a lookahead run: on llama.cpp gated by the run's slack gate, a chunk that
     may meet the next request in small batches unless `small_batches` is False, a chunk past
@@ -276,7 +275,7 @@ async def run_agents(
     slack_admission: bool | None = None,
     slack_admit: GateAdmission = DEFAULT_GATE_ADMISSION,
     small_batches: bool = True,
-    warm_up_batch_tokens: int | None = DEFAULT_WARM_UP_BATCH_TOKENS,
+    warm_up_batch_tokens: int | None = None,
     tool_latency_s: float = 0.0,
     tool_output_tokens: tuple[int, int] | None = None,
     large_output_every: int = DEFAULT_LARGE_OUTPUT_EVERY,

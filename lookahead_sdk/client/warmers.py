@@ -111,10 +111,9 @@ class OpenAIWarmer(_HttpWarmer):
 
 log = logging.getLogger(__name__)
 SEEDED_PREFIX_TRUST = 0.9
-# A warm-up chunk extending at least this many cached tokens goes in the warmer's
-# `warm_up_batch_tokens` batches: below it, the engine's larger batches prefill faster.
+# With `warm_up_batch_tokens` set, a warm-up chunk extending at least this many cached tokens
+# goes in those batches: below it, the engine's larger batches prefill faster.
 LONG_CONTEXT_TOKENS = 1024
-DEFAULT_WARM_UP_BATCH_TOKENS = 32
 
 
 @dataclass
@@ -147,11 +146,13 @@ class LlamaCppWarmer(_HttpWarmer):
     (the embedded engine stops a best-effort prompt after its running batch): a chunk sent in
     idle time that would still run when the next request is forecast asks for small batches
     (`yield_batches`, toward 50 ms each; stock llama.cpp ignores it), if in them it ends
-    before the request forecast after that one. Any other chunk extending a context of
-    `LONG_CONTEXT_TOKENS` or more asks for batches of `warm_up_batch_tokens` (None: the
-    engine's): on the embedded engine's CPU backend a batch's attention scratch grows with
-    batch x context, and past ~2K cached tokens 32-token batches prefilled 8-30% faster than
-    128-token ones, beside decoding replies too (docs/benchmarks.md, "Warm-up batches").
+    before the request forecast after that one. Opt-in, `warm_up_batch_tokens=N`: any other
+    chunk extending `LONG_CONTEXT_TOKENS` or more cached tokens asks for N-token batches. On
+    the embedded engine's CPU backend a batch's attention scratch grows with batch x context:
+    alone, past ~2K cached tokens, 32-token batches prefilled 8-30% faster than 128-token ones,
+    and a warm-up beside three decoding replies ended ~10% sooner. With four agents it lost:
+    best-effort work gets only the batches the decoding replies leave, 32 tokens a step fell
+    behind the commits (docs/benchmarks.md, "Warm-up batches").
     Programs attached to
     it get a slot pair (see `llamacpp_slots`): the warm-up is built in the program's branch slot,
     never over its live context. Slot placement needs a session that knows the server's slots
@@ -169,7 +170,7 @@ class LlamaCppWarmer(_HttpWarmer):
         chunk_target_s: float = 0.4,
         max_chunk_tokens: int = 2048,
         yield_batches: bool = True,
-        warm_up_batch_tokens: int | None = DEFAULT_WARM_UP_BATCH_TOKENS,
+        warm_up_batch_tokens: int | None = None,
         **kwargs: Any,
     ) -> None:
         if warm_up_batch_tokens is not None and (

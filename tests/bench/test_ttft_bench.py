@@ -280,8 +280,8 @@ def test_small_batches_near_the_next_request_can_be_turned_off_for_an_a_b_run() 
 
 
 def test_the_warm_up_batch_reaches_the_warmer_and_the_document_records_it() -> None:
-    """`--warm-up-batch N` (bench ttft and demo; 0: the engine's batches) reaches the run's
-    llama.cpp warmer; the A/B arms differ in the setup, so they are never pooled."""
+    """`--warm-up-batch N` (bench ttft and demo; 0, the default: the engine's batches) reaches
+    the run's llama.cpp warmer; the A/B arms differ in the setup, so they are never pooled."""
     from lookahead_sdk.agent.driver import run_warmer
     from lookahead_sdk.bench.ttft_targets import setup_of
     from lookahead_sdk.cli import build_parser
@@ -290,13 +290,15 @@ def test_the_warm_up_batch_reaches_the_warmer_and_the_document_records_it() -> N
 
     parser = build_parser()
     for command in (["bench", "ttft", "--json", "x.json"], ["demo"]):
-        assert parser.parse_args(command).warm_up_batch_tokens == 32
-        assert parser.parse_args([*command, "--warm-up-batch", "0"]).warm_up_batch_tokens == 0
-    assert TtftBenchConfig().warm_up_batch_tokens == 32
+        assert parser.parse_args(command).warm_up_batch_tokens == 0
+        assert parser.parse_args([*command, "--warm-up-batch", "32"]).warm_up_batch_tokens == 32
+    assert TtftBenchConfig().warm_up_batch_tokens is None
 
     session = ServerSession(
         "http://127.0.0.1:1", wire="llamacpp", facts=ServerFacts(llamacpp=True, total_slots=4)
     )
-    warmer = run_warmer("llamacpp", session, session.gate(), warm_up_batch_tokens=None)
-    assert isinstance(warmer, LlamaCppWarmer) and warmer.warm_up_batch_tokens is None
+    warmer = run_warmer("llamacpp", session, session.gate(), warm_up_batch_tokens=32)
+    assert isinstance(warmer, LlamaCppWarmer) and warmer.warm_up_batch_tokens == 32
+    default = run_warmer("llamacpp", session, session.gate())
+    assert isinstance(default, LlamaCppWarmer) and default.warm_up_batch_tokens is None
     assert setup_of({"warm_up_batch_tokens": 32}) != setup_of({"warm_up_batch_tokens": None})

@@ -850,9 +850,9 @@ async def test_a_chunk_that_may_meet_the_next_request_goes_in_small_batches(
 async def test_chunks_past_a_long_cached_context_go_in_the_warm_up_batches(
     stub_server: RecordingProxy,
 ) -> None:
-    """A chunk extending 1K or more cached tokens asks for `warm_up_batch_tokens` batches (the
-    CPU engine prefills long contexts faster in them); one from a short context keeps the
-    engine's; a chunk near the next request keeps the small ones; None turns it off."""
+    """With `warm_up_batch_tokens` set, a chunk extending 1K or more cached tokens asks for
+    those batches; one from a short context keeps the engine's; a chunk near the next request
+    keeps the small ones; without it (the default) every other chunk keeps the engine's."""
     from lookahead_sdk import LlamaCppWarmer
     from lookahead_sdk.client.warmers import LONG_CONTEXT_TOKENS
     from lookahead_sdk.core.warmer import RequestShape
@@ -862,7 +862,7 @@ async def test_chunks_past_a_long_cached_context_go_in_the_warm_up_batches(
     )
     warmer = warmer_of_fixed_tokens(session, SlackGate(session.foreground, admit="decode"), 1600)
     warmer.chunks.tokens_per_s = 1000.0  # 0.4 s: 400-token chunks
-    assert warmer.warm_up_batch_tokens == 32
+    warmer.warm_up_batch_tokens = 32
     messages: list[Message] = [{"role": "user", "content": "hi"}]
     try:
         with use_tags(RequestTags("p").best_effort()):
@@ -888,7 +888,7 @@ async def test_chunks_past_a_long_cached_context_go_in_the_warm_up_batches(
         warmer.detach("p")
         await warmer.aclose()
 
-    off = LlamaCppWarmer(session, gate=session.gate(), warm_up_batch_tokens=None)
+    off = LlamaCppWarmer(session, gate=session.gate())
     off.attach("q")
     off.render = warmer.render  # type: ignore[method-assign]
     prompts_render_to(off, 1600)
