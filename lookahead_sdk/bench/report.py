@@ -123,6 +123,37 @@ def render_foreground_behind(document: Document) -> str:
     return markdown_table(header, rows)
 
 
+def render_warm_up_batches(document: Document) -> str:
+    """`scripts/warm_up_batches.py`: prefill rate by batch size and cached context (alone), then
+    a warm-up beside decoding replies by its batches, against the same work one after the
+    other; medians over the samples."""
+    rates = document["median_tokens_per_s"]
+    batches = list(next(iter(rates.values())))
+    first = batches[0]
+    alone_rows = [
+        [
+            context,
+            *(
+                f"{by_batch[batch]:.0f}"
+                + ("" if batch == first else f" ({by_batch[batch] / by_batch[first] - 1:+.0%})")
+                for batch in batches
+            ),
+        ]
+        for context, by_batch in rates.items()
+    ]
+    alone = markdown_table(
+        ["cached tokens", *(f"{batch}-token batches, tokens/s" for batch in batches)], alone_rows
+    )
+    mixed_s = document["median_mixed_s"]
+    reference = mixed_s["one_after_the_other"]
+    mixed_rows = [
+        [arm.replace("_", " "), f"{seconds:.2f}", f"{seconds / reference:.3f}"]
+        for arm, seconds in mixed_s.items()
+    ]
+    mixed = markdown_table(["work", "median s", "over one after the other"], mixed_rows)
+    return f"{alone}\n{mixed}"
+
+
 def render_ttft_targets(runs: Sequence[tuple[str, Document]]) -> str:
     """`bench ttft` runs: each target per run, a pool of the runs beside them."""
     from lookahead_sdk.bench.ttft_targets import targets_tables
@@ -348,6 +379,7 @@ RENDERERS: dict[str, Renderer] = {
     "runtime-overhead": render_runtime_overhead,
     "engine-threads": render_engine_threads,
     "foreground-behind": render_foreground_behind,
+    "warm-up-batches": render_warm_up_batches,
     "slo-loads": render_slo_loads,
     "provenance": render_provenance,
 }

@@ -13,6 +13,7 @@ from lookahead_sdk.bench.report import (
     render_engine_threads,
     render_foreground_behind,
     render_provenance,
+    render_warm_up_batches,
     run_report,
 )
 
@@ -179,3 +180,20 @@ def test_runs_that_share_a_file_name_are_told_apart_by_their_folder(tmp_path: Pa
     assert any(row.startswith("results/run ") for row in rows)
     assert any(row.startswith("other ") for row in rows)
     assert not any(row.startswith("run ") and "offload" in row for row in rows)  # the header aside
+
+
+def test_the_warm_up_batch_tables_set_each_batch_against_the_engines_and_each_arm_against_serial() -> (
+    None
+):
+    document = {
+        "median_tokens_per_s": {
+            "1024": {"128": 260.0, "32": 260.0},
+            "4096": {"128": 100.0, "32": 130.0},
+        },
+        "median_mixed_s": {"one_after_the_other": 12.0, "chunks_batches_32": 10.8},
+    }
+    text = render_warm_up_batches(document)
+    assert "| 4096 | 100 | 130 (+30%) |" in text
+    assert "| 1024 | 260 | 260 (+0%) |" in text
+    assert "| chunks batches 32 | 10.80 | 0.900 |" in text
+    assert "| one after the other | 12.00 | 1.000 |" in text
