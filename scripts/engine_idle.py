@@ -15,7 +15,7 @@ import argparse
 import json
 from typing import Any
 
-from lookahead_sdk.client.timeline import TimelineEntry, engine_idle_s
+from lookahead_sdk.client.timeline import TimelineEntry, engine_idle_gaps
 
 WAITING_WORK_S = 0.05  # a warm-up sent this soon after an idle gap ends was waiting for it
 
@@ -35,30 +35,12 @@ def entries(run: dict[str, Any]) -> list[TimelineEntry]:
     ]
 
 
-def idle_gaps(run: dict[str, Any]) -> list[tuple[float, float]]:
-    """The run's intervals with no request to the engine in flight, start to end."""
-    busy: list[list[float]] = []
-    spans = sorted(
-        (request["sent_s"], request["ended_s"] if request["ended_s"] is not None else wall)
-        for wall in [run["duration_s"]]
-        for request in run["requests"]
-        if request["kind"] != "other"
-    )
-    for start, end in spans:
-        if busy and start <= busy[-1][1]:
-            busy[-1][1] = max(busy[-1][1], end)
-        else:
-            busy.append([start, end])
-    edges = [0.0, *(edge for span in busy for edge in span), run["duration_s"]]
-    return [(a, b) for a, b in zip(edges[::2], edges[1::2], strict=True) if b > a]
-
-
 def idle_rows(trace: dict[str, Any]) -> list[dict[str, Any]]:
     rows = []
     for run in trace["runs"]:
         wall = run["duration_s"]
-        idle = engine_idle_s(entries(run), started_at=0.0, ended_at=wall)
-        gaps = idle_gaps(run)
+        gaps = engine_idle_gaps(entries(run), started_at=0.0, ended_at=wall)
+        idle = sum(b - a for a, b in gaps)
         warm_ups = [r["sent_s"] for r in run["requests"] if r["kind"] == "warm_up"]
         rows.append(
             {

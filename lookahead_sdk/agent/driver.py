@@ -43,10 +43,7 @@ from lookahead_sdk.client.timeline import (
     turn_waits_by_kind,
 )
 from lookahead_sdk.client.transport import tagged_async_http_client
-from lookahead_sdk.client.warmers import (
-    LlamaCppWarmer,
-    make_warmer,
-)
+from lookahead_sdk.client.warmers import LlamaCppWarmer, make_warmer
 from lookahead_sdk.core.config import RuntimeConfig
 from lookahead_sdk.core.offload_store import OffloadStore
 from lookahead_sdk.core.policy import ContextPolicy

@@ -274,17 +274,26 @@ def reply_decode_s(entries: Iterable[TimelineEntry], *, now: float | None = None
     )
 
 
-def engine_idle_s(entries: Iterable[TimelineEntry], *, started_at: float, ended_at: float) -> float:
-    """Seconds between `started_at` and `ended_at` with no request to the engine in flight
-    (foreground, background or slot copy; tokenize and template calls aside): the idle time a
-    run left for background work. A synchronous run that leaves little of it cannot hide a
-    lookahead's extra work, which then lengthens the run by about as much."""
+def engine_idle_gaps(
+    entries: Iterable[TimelineEntry], *, started_at: float, ended_at: float
+) -> list[tuple[float, float]]:
+    """The intervals between `started_at` and `ended_at` with no request to the engine in flight
+    (foreground, background or slot copy; tokenize and template calls aside), in order."""
     busy = _union(
         (max(start, started_at), min(end, ended_at))
         for start, end in (entry.running(ended_at) for entry in entries if entry.kind != "other")
         if end > started_at and start < ended_at
     )
-    return max(0.0, ended_at - started_at - sum(end - start for start, end in busy))
+    edges = [started_at, *(edge for span in busy for edge in span), ended_at]
+    return [(start, end) for start, end in zip(edges[::2], edges[1::2], strict=True) if end > start]
+
+
+def engine_idle_s(entries: Iterable[TimelineEntry], *, started_at: float, ended_at: float) -> float:
+    """Seconds with no request to the engine in flight (`engine_idle_gaps`): the idle time a
+    run left for background work. A synchronous run that leaves little of it cannot hide a
+    lookahead's extra work, which then lengthens the run by about as much."""
+    gaps = engine_idle_gaps(entries, started_at=started_at, ended_at=ended_at)
+    return sum(end - start for start, end in gaps)
 
 
 def _union(intervals: Iterable[tuple[float, float]]) -> list[tuple[float, float]]:

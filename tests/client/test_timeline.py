@@ -15,6 +15,7 @@ from lookahead_sdk.client.timeline import (
     RequestTimeline,
     TimelineEntry,
     background_overlap,
+    engine_idle_gaps,
     engine_idle_s,
     first_output_after,
     mean_background,
@@ -229,6 +230,8 @@ def test_engine_idle_time_is_the_run_with_no_engine_request_in_flight() -> None:
     ]
     idle = engine_idle_s(entries, started_at=0.0, ended_at=10.0)
     assert idle == pytest.approx(10.0 - 3.0 - 0.2 - 1.0)
+    gaps = engine_idle_gaps(entries, started_at=0.0, ended_at=10.0)
+    assert [edge for gap in gaps for edge in gap] == pytest.approx([0.0, 1.0, 4.0, 6.0, 6.2, 9.0])
     assert engine_idle_s([], started_at=0.0, ended_at=10.0) == pytest.approx(10.0)
 
 
