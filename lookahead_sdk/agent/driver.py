@@ -72,6 +72,7 @@ POOLED_COUNTS = (
     "regrown_lookaheads",
     "standby_commits",
     "deferred_starts",
+    "out_of_reach_starts",
     "resized_commits",
 )
 
@@ -98,6 +99,7 @@ class RunResult:
     regrown_lookaheads: int = 0  # ready results redone as the history's growth moved off
     standby_commits: int = 0  # commits that took a redone result's predecessor, not waiting
     deferred_starts: int = 0  # boundaries at which a due lookahead started later (would not fit)
+    out_of_reach_starts: int = 0  # due lookaheads not started: the run ends before their commit
     resized_commits: int = 0  # commits resized to a synchronous commit's size
     wall_s: float = 0.0
     # Where the turns' TTFTs went, summed per turn kind ("normal", "transform") and cause
@@ -166,6 +168,7 @@ class RunResult:
         self.regrown_lookaheads += stats.regrown_lookaheads
         self.standby_commits += stats.standby_commits
         self.deferred_starts += stats.deferred_starts
+        self.out_of_reach_starts += stats.out_of_reach_starts
         self.resized_commits += stats.resized_commits
         self.prefilled_prompt_tokens += stats.background_prompt_tokens + stats.sync_prompt_tokens
 

@@ -112,7 +112,10 @@ class ReferenceAgent:
         async with self.new_runtime(
             [{"role": "system", "content": system}, {"role": "user", "content": task}]
         ) as runtime:
-            for step in range(len(plan) if plan is not None else max_steps):
+            steps = len(plan) if plan is not None else max_steps
+            for step in range(steps):
+                # The step limit bounds the run: no lookahead starts that it would end before.
+                runtime.model_calls_left = steps - step - 1
                 planned = plan[step] if plan is not None else None
                 if isinstance(planned, Delegation):
                     await self._delegate(runtime, planned, step, record)

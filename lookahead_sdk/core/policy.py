@@ -192,6 +192,12 @@ class ContextPolicy(ABC):
         """How far the history is from the commit trigger, if the policy knows (for deadlines)."""
         return None
 
+    def commit_ahead_reserve(self, main: MainState) -> int:
+        """How far below the limit `tokens_until_commit` measures, for a commit decided as a
+        model turn ends (`should_commit_ahead`): a commit at the limit itself is that much
+        further off. 0 (the default): no commit is decided ahead."""
+        return 0
+
     def assemble(self, result: TransformResult, suffix: Sequence[Message]) -> list[Message]:
         """The committed context from a lookahead result and the messages that arrived since."""
         return [*result.messages, *suffix]
@@ -276,6 +282,9 @@ class Pipeline(ContextPolicy):
             d for stage in self.stages if (d := stage.tokens_until_commit(main)) is not None
         ]
         return min(distances, default=None)
+
+    def commit_ahead_reserve(self, main: MainState) -> int:
+        return max(stage.commit_ahead_reserve(main) for stage in self.stages)
 
     def __repr__(self) -> str:
         return f"Pipeline({', '.join(map(repr, self.stages))})"

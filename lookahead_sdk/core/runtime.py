@@ -129,6 +129,9 @@ class RuntimeStats:
     # Boundaries at which a due lookahead was not started yet: started then, it would have kept
     # none of the history and committed larger than a synchronous commit (`_defers_start`).
     deferred_starts: int = 0
+    # Boundaries at which a due lookahead was not started: the model calls the run has left
+    # (`model_calls_left`) could not bring the history to its commit at the recent growth.
+    out_of_reach_starts: int = 0
     waited_s: float = 0.0
     background_prompt_tokens: int = 0  # uncached prompt tokens of lookahead LLM calls + warm-ups
     background_completion_tokens: int = 0
@@ -223,6 +226,7 @@ class LookaheadRuntime:
         # Where `should_commit_ahead` held (history length, its signature): the next model call
         # commits while the history still extends that prefix.
         self._commit_due_at: tuple[int, bytes] | None = None
+        self._model_calls_left: int | None = None
 
     # -- settings ------------------------------------------------------------------------------
     @property
@@ -249,6 +253,28 @@ class LookaheadRuntime:
     def spawns_subagents(self) -> bool:
         """The policy's commits start a sub-agent (Isolate) instead of rewriting the history."""
         return not self._target.rewrites_history
+
+    @property
+    def model_calls_left(self) -> int | None:
+        """The model calls this run can still make after the current one (the agent's step
+        limit less the steps taken), set by the agent loop; None (the default): no limit known.
+        For a policy that commits before a model call (all but Isolate, whose spawn follows the
+        delegating call), background work whose commit the history could not reach in them (at
+        its mean growth per turn) is not started, and none at all once it is 0: a lookahead the
+        run ends before committing is work thrown away. A commit that comes anyway (a burst in
+        the last turns) transforms synchronously, as without lookahead."""
+        return self._model_calls_left
+
+    @model_calls_left.setter
+    def model_calls_left(self, value: int | None) -> None:
+        if value is not None and (
+            isinstance(value, bool) or not isinstance(value, int) or value < 0
+        ):
+            raise InvalidInputError(
+                f"model_calls_left must be an int >= 0 (the model calls the agent's step limit "
+                f"still allows after this one) or None (no limit), got {value!r}"
+            )
+        self._model_calls_left = value
 
     # -- feeding the live history ------------------------------------------------------------
     def append(self, *messages: Message) -> None:
@@ -628,8 +654,12 @@ class LookaheadRuntime:
             # for what it does itself (prefill the newest suffix, or transform synchronously).
             # While the tools of a commit decided ahead run, warming the model's turn still pays.
             return
+        if self._model_calls_left == 0 and self._target.applies_before_model_call():
+            return  # no model call follows to commit anything started now
         if self.policy.should_lookahead(main, lookahead):
-            if self._defers_start():
+            if self._commit_out_of_reach():
+                self.stats.out_of_reach_starts += 1
+            elif self._defers_start():
                 self.stats.deferred_starts += 1
             else:
                 self._start_lookahead(main.snapshot())
@@ -950,6 +980,35 @@ class LookaheadRuntime:
             return True
         seconds = self._growth.seconds_until(round(left_after_next_turn))
         return seconds is not None and seconds >= REDO_MARGIN * self._lookahead_job_s
+
+    def _commit_out_of_reach(self) -> bool:
+        """The history would not reach the policy's commit within `model_calls_left` more model
+        calls: growing by the outputs of the turn just ended (if still to come), then a whole
+        turn before each call after the next, each the recent median (robust to the short turn
+        a commit leaves in the record), one of them as large as the largest recent turn. It reaches the limit before the last call, or (a policy that
+        `decides_commit_ahead`) `commit_ahead_reserve` short of it at the reply before that."""
+        calls_left = self._model_calls_left
+        if calls_left is None or not self._target.applies_before_model_call() or self.commit_due:
+            return False  # a spawn commits at a delegation, within the model call it follows
+        remaining = self.policy.tokens_until_commit(self.main)
+        turns = self.main.recent_turn_tokens
+        if remaining is None or not turns:
+            return False
+        typical, largest = statistics.median(turns), max(turns)
+        reply = self.main.last_reply_tokens
+        pending = self._tools_pending()
+
+        def growth(whole_turns: int, then_reply: bool) -> float:
+            tokens = (max(0.0, typical - reply) if pending else 0.0) + whole_turns * typical
+            if pending or whole_turns:
+                tokens += largest - typical
+            return tokens + (reply if then_reply else 0)
+
+        reserve = self.policy.commit_ahead_reserve(self.main)
+        if remaining + reserve <= growth(calls_left - 1, then_reply=False):
+            return False
+        ahead = self.policy.decides_commit_ahead and calls_left >= 2
+        return not (ahead and remaining <= growth(calls_left - 2, then_reply=True))
 
     def _one_turn_tokens(self) -> int:
         """The slack a lookahead commit has against a synchronous one: one turn, as large as the

@@ -95,6 +95,15 @@ class SyncLookaheadRuntime:
     def stats(self) -> RuntimeStats:
         return self.runtime.stats
 
+    @property
+    def model_calls_left(self) -> int | None:
+        """See `LookaheadRuntime.model_calls_left`."""
+        return self.runtime.model_calls_left
+
+    @model_calls_left.setter
+    def model_calls_left(self, value: int | None) -> None:
+        self._loop.call(setattr, self.runtime, "model_calls_left", value)
+
     def append(self, *messages: Message) -> None:
         self._loop.call(self.runtime.append, *messages)
 

@@ -104,6 +104,9 @@ class LimitTriggered(ContextPolicy):
             return 0
         return min(main.largest_recent_turn_tokens or 0, self.hard_tokens(main) // 8)
 
+    def commit_ahead_reserve(self, main: MainState) -> int:
+        return self.next_turn_reserve(main)
+
     def should_commit(self, main: MainState, lookahead: LookaheadState) -> bool:
         return main.tokens >= self.hard_tokens(main)
 

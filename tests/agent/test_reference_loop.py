@@ -103,3 +103,31 @@ async def test_a_delegation_warms_the_subagent_before_its_instruction_streams(
         {"role": "user", "content": ""},
     ]
     assert [turn.commit for turn in run.turns if turn.agent == "sub"] == [CommitKind.HIT]
+
+
+async def test_the_plan_length_bounds_the_run_so_no_lookahead_is_thrown_away(
+    approx_counter,
+) -> None:
+    """The loop tells the runtime how many model calls its plan (or `max_steps`) leaves: a
+    lookahead the run would end before committing is not started, whatever the plan's length."""
+    skipped = 0
+    for steps in range(STEPS, STEPS + 8):
+
+        async def probe(part: int) -> str:
+            return f"part {part}: " + "source line " * 60
+
+        tool = Tool("probe", "read a part", {"type": "object", "properties": {}}, probe)
+        agent = ReferenceAgent(
+            ScriptedLLM(),  # type: ignore[arg-type]
+            ToolRegistry([tool]),
+            policy=KeepRecent(budget=400, lookahead_at=700, hard_limit=1200),
+            config=RuntimeConfig(
+                warmer=RecordingWarmer(), token_counter=approx_counter, window_tokens=4096
+            ),
+        )
+        plan = [PlannedCall("probe", {"part": step}) for step in range(steps)]
+        run = await agent.run("system", "task", plan=plan)
+        assert run.stats.hits >= 1 and run.stats.fallbacks == 0, steps
+        assert run.stats.wasted_prompt_tokens == 0, (steps, run.stats)
+        skipped += run.stats.out_of_reach_starts > 0
+    assert skipped >= 1
