@@ -259,10 +259,11 @@ class LookaheadRuntime:
         """The model calls this run can still make after the current one (the agent's step
         limit less the steps taken), set by the agent loop; None (the default): no limit known.
         For a policy that commits before a model call (all but Isolate, whose spawn follows the
-        delegating call), background work whose commit the history could not reach in them (at
-        its mean growth per turn) is not started, and none at all once it is 0: a lookahead the
-        run ends before committing is work thrown away. A commit that comes anyway (a burst in
-        the last turns) transforms synchronously, as without lookahead."""
+        delegating call), a lookahead whose commit the history could not reach in them (at its
+        recent growth per turn, `_commit_out_of_reach`) is not started, and no background work
+        at all once it is 0: a lookahead the run ends before committing is work thrown away. A
+        commit that comes anyway (a burst in the last turns) transforms synchronously, as
+        without lookahead."""
         return self._model_calls_left
 
     @model_calls_left.setter
@@ -983,10 +984,11 @@ class LookaheadRuntime:
 
     def _commit_out_of_reach(self) -> bool:
         """The history would not reach the policy's commit within `model_calls_left` more model
-        calls: growing by the outputs of the turn just ended (if still to come), then a whole
-        turn before each call after the next, each the recent median (robust to the short turn
-        a commit leaves in the record), one of them as large as the largest recent turn. It reaches the limit before the last call, or (a policy that
-        `decides_commit_ahead`) `commit_ahead_reserve` short of it at the reply before that."""
+        calls. It grows by the outputs of the turn just ended (if still to come), then by a
+        whole turn before each call after the next: each the median of the recent turns (robust
+        to the short turn a commit leaves in that record), one as large as the largest of them.
+        The commit needs the limit reached before the last call, or (a policy that
+        `decides_commit_ahead`) the limit less `commit_ahead_reserve` at the reply before it."""
         calls_left = self._model_calls_left
         if calls_left is None or not self._target.applies_before_model_call() or self.commit_due:
             return False  # a spawn commits at a delegation, within the model call it follows
