@@ -150,9 +150,9 @@ class LlamaCppWarmer(_HttpWarmer):
     chunk extending `LONG_CONTEXT_TOKENS` or more cached tokens asks for N-token batches. On
     the embedded engine's CPU backend a batch's attention scratch grows with batch x context:
     alone, past ~2K cached tokens, 32-token batches prefilled 19-30% faster than 128-token ones,
-    and a warm-up beside three decoding replies ended ~9% sooner than the same work serially. With four agents it lost:
-    best-effort work gets only the batches the decoding replies leave, 32 tokens a step fell
-    behind the commits (docs/benchmarks.md, "Warm-up batches").
+    and a warm-up beside three decoding replies ended ~9% sooner than the same work serially.
+    With four agents it lost: best-effort work gets only the batches the decoding replies
+    leave, 32 tokens a step fell behind the commits (docs/benchmarks.md, "Warm-up batches").
     Programs attached to
     it get a slot pair (see `llamacpp_slots`): the warm-up is built in the program's branch slot,
     never over its live context. Slot placement needs a session that knows the server's slots

@@ -996,7 +996,8 @@ class LookaheadRuntime:
         turns = self.main.recent_turn_tokens
         if remaining is None or not turns:
             return False
-        typical, largest = statistics.median(turns), max(turns)
+        typical = statistics.median(turns)
+        largest = self.main.largest_recent_turn_tokens or 0  # of the same recent turns
         reply = self.main.last_reply_tokens
         pending = self._tools_pending()
 

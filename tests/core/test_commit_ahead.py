@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -20,10 +21,19 @@ from .policies import RecordingWarmer
 
 COUNTER = CachedTokenCounter(ApproxTokenCounter())
 HARD = 4000
+WINDOW = 8192
 START: list[Message] = [
     {"role": "system", "content": "You analyze code."},
     {"role": "user", "content": "Review the repository."},
 ]
+
+
+def workload_runtime(policy: ContextPolicy, mode: str, **overrides: Any) -> LookaheadRuntime:
+    """A runtime for these workloads: the task's two messages, `WINDOW`, `COUNTER`;
+    `overrides`: other runtime config fields."""
+    return LookaheadRuntime(
+        policy, mode=mode, messages=START, window_tokens=WINDOW, token_counter=COUNTER, **overrides
+    )
 
 
 def model_turn(step: int) -> Message:
@@ -44,9 +54,7 @@ class FirstCommit:
 
 async def first_commit(policy: ContextPolicy, mode: str, outputs: list[int]) -> FirstCommit:
     """The reference loop's boundary sequence, up to its first commit."""
-    async with LookaheadRuntime(
-        policy, mode=mode, messages=START, window_tokens=8192, token_counter=COUNTER
-    ) as runtime:
+    async with workload_runtime(policy, mode) as runtime:
         for step, size in enumerate(outputs):
             tokens = runtime.main.tokens
             outcome = await runtime.commit()

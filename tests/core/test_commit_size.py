@@ -26,9 +26,8 @@ from lookahead_sdk.strategies import KeepRecent, Summarize
 
 from ..support.clock import VirtualClock
 from .policies import FakeSummarizer
-from .test_commit_ahead import COUNTER, START, model_turn, tool_output
+from .test_commit_ahead import COUNTER, START, WINDOW, model_turn, tool_output, workload_runtime
 
-WINDOW = 8192
 # Tool outputs from small reads to bursts of a third of the hard limit.
 OUTPUT_SIZES = (60, 120, 400, 900)
 
@@ -134,15 +133,7 @@ async def run(
     result = Run()
     clock = VirtualClock()
     summarizer = summarizer or SlowSummarizer(clock, summary_s)
-    async with LookaheadRuntime(
-        policy,
-        mode=mode,
-        messages=START,
-        window_tokens=WINDOW,
-        token_counter=COUNTER,
-        summarizer=summarizer,
-        **overrides,
-    ) as runtime:
+    async with workload_runtime(policy, mode, summarizer=summarizer, **overrides) as runtime:
         runtime.clock = clock
         for step, size in enumerate(outputs):
             live = list(runtime.main.messages)
@@ -349,13 +340,7 @@ def test_a_start_is_not_deferred_past_what_the_last_lookahead_took() -> None:
     async def first_deferral(job_s: float | None) -> tuple[int, LookaheadStatus]:
         policy = Summarize(lookahead_at=2400, hard_limit=4000, recent_budget=1200)
         clock = VirtualClock()
-        async with LookaheadRuntime(
-            policy,
-            messages=START,
-            window_tokens=WINDOW,
-            token_counter=COUNTER,
-            summarizer=FakeSummarizer(),
-        ) as runtime:
+        async with workload_runtime(policy, "lookahead", summarizer=FakeSummarizer()) as runtime:
             runtime.clock = clock
             runtime._lookahead_job_s = job_s  # as if an earlier lookahead had taken that long
             step = 0

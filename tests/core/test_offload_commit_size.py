@@ -15,16 +15,22 @@ from pathlib import Path
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from lookahead_sdk import CommitKind, LookaheadRuntime, OffloadStore, TransformContext
+from lookahead_sdk import CommitKind, OffloadStore, TransformContext
 from lookahead_sdk.base.messages import Message
 from lookahead_sdk.base.tokens import count_message
 from lookahead_sdk.core.warmer import RequestShape, WarmupResult, WarmupSpend
 from lookahead_sdk.strategies import Offload
 
 from .policies import RecordingWarmer
-from .test_commit_ahead import COUNTER, HARD, START, model_turn, tool_output
+from .test_commit_ahead import (
+    COUNTER,
+    HARD,
+    WINDOW,
+    model_turn,
+    tool_output,
+    workload_runtime,
+)
 
-WINDOW = 8192
 THRESHOLD = 300
 # Ordinary reads and outputs large enough to be offloaded.
 OUTPUT_SIZES = (60, 120, 400, 900)
@@ -70,15 +76,7 @@ async def run(mode: str, outputs: list[int], settles: list[bool], store_dir: Pat
     warmer = GatedWarmer()
     result = Run()
     boundaries = iter(settles)
-    async with LookaheadRuntime(
-        policy,
-        mode=mode,
-        messages=START,
-        window_tokens=WINDOW,
-        token_counter=COUNTER,
-        warmer=warmer,
-        offload_store=store,
-    ) as runtime:
+    async with workload_runtime(policy, mode, warmer=warmer, offload_store=store) as runtime:
         for step, size in enumerate(outputs):
             live = list(runtime.main.messages)
             outcome = await runtime.commit()  # a warm-up still in flight is cancelled

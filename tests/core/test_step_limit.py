@@ -18,8 +18,8 @@ from lookahead_sdk.errors import InvalidInputError
 
 from ..support.clock import VirtualClock
 from .policies import FakeSummarizer, RecordingWarmer
-from .test_commit_ahead import COUNTER, START, model_turn, tool_output
-from .test_commit_size import OUTPUT_SIZES, WINDOW, policy_named
+from .test_commit_ahead import START, WINDOW, model_turn, tool_output, workload_runtime
+from .test_commit_size import OUTPUT_SIZES, policy_named
 
 
 @dataclass
@@ -42,14 +42,8 @@ async def run(
     clock = VirtualClock()
     kinds: list[CommitKind] = []
     late_starts = 0
-    async with LookaheadRuntime(
-        policy,
-        mode=mode,
-        messages=START,
-        window_tokens=WINDOW,
-        token_counter=COUNTER,
-        warmer=RecordingWarmer(),
-        summarizer=FakeSummarizer(),
+    async with workload_runtime(
+        policy, mode, warmer=RecordingWarmer(), summarizer=FakeSummarizer()
     ) as runtime:
         runtime.clock = clock
         for step in range(steps):
