@@ -300,6 +300,7 @@ PLAIN_SETTINGS = (
     "sync_transform_timeout_s",
     "commit_wait_timeout_s",
     "warmup_wait_timeout_s",
+    "model_call_limit",
 )
 
 

@@ -48,6 +48,15 @@ class RuntimeConfig:
       leaves the history as it was (no fallback is left; the agent sees the error).
     - `commit_wait_timeout_s`: how long a commit waits for a promoted lookahead.
     - `warmup_wait_timeout_s`: how long a commit waits for a warm-up's chunk in flight.
+    - `model_call_limit`: the most model calls the program makes in all: the step limit of an
+      agent run once per task (LangChain `ModelCallLimitMiddleware(run_limit=N)`, LlamaIndex
+      `run(..., max_iterations=N)` (N + 1 with `early_stopping_method="generate"`), AutoGen
+      `AssistantAgent(max_tool_iterations=N)` (N + 1 with `reflect_on_tool_use`)). The runtime
+      counts its commits (one before each model call; carried by `save_state`) and keeps
+      `LookaheadRuntime.model_calls_left` at the limit less that count, so no lookahead starts
+      that the run would end before committing. None (the default): no end known, as for an
+      agent that takes further tasks on the same history (a lookahead started late in one task
+      is committed in the next).
     """
 
     mode: RuntimeMode = "lookahead"
@@ -63,6 +72,7 @@ class RuntimeConfig:
     sync_transform_timeout_s: float | None = 300.0
     commit_wait_timeout_s: float | None = 300.0
     warmup_wait_timeout_s: float | None = 2.0
+    model_call_limit: int | None = None
 
     def __post_init__(self) -> None:
         if self.mode not in RUNTIME_MODES:
@@ -96,6 +106,14 @@ class RuntimeConfig:
         _check_type(self.tags, RequestTags, "tags", "use RequestTags(program_id=...)")
         if self.tags is not None and self.tags.program_id is None:
             raise ConfigurationError("tags.program_id is required: one id per agent program")
+        limit = self.model_call_limit
+        if limit is not None and (
+            isinstance(limit, bool) or not isinstance(limit, int) or limit < 1
+        ):
+            raise ConfigurationError(
+                f"model_call_limit must be an int >= 1 (the most model calls the program makes: "
+                f"a one-task agent's step limit) or None (no end known), got {limit!r}"
+            )
         if not isinstance(self.warm_suffix, bool):
             raise ConfigurationError(f"warm_suffix must be True or False, got {self.warm_suffix!r}")
         for name in (

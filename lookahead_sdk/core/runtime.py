@@ -226,7 +226,8 @@ class LookaheadRuntime:
         # Where `should_commit_ahead` held (history length, its signature): the next model call
         # commits while the history still extends that prefix.
         self._commit_due_at: tuple[int, bytes] | None = None
-        self._model_calls_left: int | None = None
+        self._model_calls_left: int | None = config.model_call_limit
+        self._model_calls_made = 0  # commits, one before each model call (with a limit set)
 
     # -- settings ------------------------------------------------------------------------------
     @property
@@ -257,7 +258,9 @@ class LookaheadRuntime:
     @property
     def model_calls_left(self) -> int | None:
         """The model calls this run can still make after the current one (the agent's step
-        limit less the steps taken), set by the agent loop; None (the default): no limit known.
+        limit less the steps taken), set by the agent loop, or kept by the runtime itself when
+        `RuntimeConfig.model_call_limit` is set (the limit less the commits so far; a value set
+        here holds until the next commit); None (the default): no limit known.
         For a policy that commits before a model call (all but Isolate, whose spawn follows the
         delegating call), a lookahead whose commit the history could not reach in them (at its
         recent growth per turn, `_commit_out_of_reach`) is not started, and no background work
@@ -355,9 +358,29 @@ class LookaheadRuntime:
         self._check_open()
         self._committing = True
         try:
-            return await self._commit()
+            outcome = await self._commit()
         finally:
             self._committing = False
+        self._count_model_call()
+        return outcome
+
+    def _count_model_call(self) -> None:
+        """A commit precedes each model call: with a step limit configured, one call fewer is
+        left after this one."""
+        limit = self.config.model_call_limit
+        if limit is None:
+            return
+        self._model_calls_made += 1
+        if self._model_calls_made == limit + 1:
+            log.warning(
+                "program %s: model call %d, over model_call_limit=%d: no lookahead starts from "
+                "here on; set model_call_limit to the agent's own step limit (None for an agent "
+                "that goes on)",
+                self.program_id,
+                self._model_calls_made,
+                limit,
+            )
+        self._model_calls_left = max(limit - self._model_calls_made, 0)
 
     async def _commit(self) -> CommitOutcome:
         main, lookahead = self.main, self.lookahead
@@ -1096,6 +1119,7 @@ class LookaheadRuntime:
                 else None
             ),
             "stats": asdict(self.stats),
+            "model_calls_made": self._model_calls_made,
             "lookahead": {"status": lookahead.status.value},
         }
         if lookahead.status is LookaheadStatus.READY and lookahead.messages is not None:
@@ -1128,7 +1152,10 @@ class LookaheadRuntime:
             program_id = _saved_program_id(state, program_id)
         if self._job is not None:
             self._job.cancel()
-        self.main, self.lookahead, self.stats, self._commit_due_at = restored
+        self.main, self.lookahead, self.stats, self._commit_due_at, calls_made = restored
+        self._model_calls_made = calls_made
+        if self.config.model_call_limit is not None:
+            self._model_calls_left = max(self.config.model_call_limit - calls_made, 0)
         self._pending_boundary = False
         if program_id != self.program_id:
             if self.mode == "lookahead":
@@ -1197,7 +1224,7 @@ def _saved_program_id(state: Mapping[str, Any], current: str) -> str:
 
 def _read_state(
     state: Mapping[str, Any], policy_name: str, current: MainState
-) -> tuple[MainState, LookaheadState, RuntimeStats, tuple[int, bytes] | None]:
+) -> tuple[MainState, LookaheadState, RuntimeStats, tuple[int, bytes] | None, int]:
     """Everything `load_state` swaps in, built from `state` without touching the runtime."""
     if not isinstance(state, Mapping) or state.get("version") != STATE_FORMAT_VERSION:
         raise InvalidInputError(
@@ -1225,6 +1252,8 @@ def _read_state(
         if due is not None:
             end, signature = due
             commit_due_at = (_non_negative_int(end), bytes.fromhex(signature))
+        field_name = "state.model_calls_made"
+        calls_made = _non_negative_int(state.get("model_calls_made", 0))
         field_name = "state.stats"
         stats = _read_stats(state["stats"])
         field_name = "state.lookahead"
@@ -1249,7 +1278,7 @@ def _read_state(
             f"{field_name} does not fit a saved LookaheadRuntime state ({error!r}); the runtime "
             "is unchanged"
         ) from None
-    return main, lookahead, stats, commit_due_at
+    return main, lookahead, stats, commit_due_at, calls_made
 
 
 def _read_stats(saved: Mapping[str, Any]) -> RuntimeStats:

@@ -327,6 +327,7 @@ def test_autogen_context_and_client_round_trip_through_components() -> None:
         window_tokens=8192,
         send_tags=False,
         warmer="auto",
+        model_call_limit=24,
     )
     client = ag.LookaheadModelClient(replay(0), context=context)
     dumped = json.loads(context.dump_component().model_dump_json())
@@ -334,6 +335,7 @@ def test_autogen_context_and_client_round_trip_through_components() -> None:
     assert restored.settings.policy.name == context.settings.policy.name == "offload+summarize"
     assert (restored.system_message, restored.settings.send_tags) == ("analyze", False)
     assert restored.settings.config.window_tokens == 8192 and restored.settings.auto_warmer
+    assert restored.settings.config.model_call_limit == 24
     assert isinstance(restored.model_client, ReplayChatCompletionClient)
     again = ag.LookaheadModelClient.load_component(client.dump_component())
     assert isinstance(again.inner, ReplayChatCompletionClient)

@@ -69,13 +69,14 @@ class Recorder:
         return self.respond(len(self.received) - 1)
 
 
-def wrapped(recorder: Recorder, policy: Any = None) -> LookaheadLLM:
+def wrapped(recorder: Recorder, policy: Any = None, **overrides: Any) -> LookaheadLLM:
     mock = MockFunctionCallingLLM(response_generator=recorder, is_chat_model=True)
     return LookaheadLLM(
         mock,
         policy or KeepRecent(budget=400, lookahead_at=600, hard_limit=900),
         window_tokens=8192,
         token_counter=CachedTokenCounter(ApproxTokenCounter()),
+        **overrides,
     )
 
 

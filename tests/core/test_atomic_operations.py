@@ -82,6 +82,8 @@ def corrupted_states(saved: dict[str, Any]) -> list[dict[str, Any]]:
         lambda s: s["messages"].append({"role": "robot", "content": "x"}),
         lambda s: s.__setitem__("commit_due_at", [3, "zz-not-hex"]),
         lambda s: s.__setitem__("commit_due_at", [3]),
+        lambda s: s.__setitem__("model_calls_made", -1),
+        lambda s: s.__setitem__("model_calls_made", "two"),
         lambda s: s["stats"].__setitem__("hits", "many"),
         lambda s: s["stats"].__setitem__("unknown_stat", 1),
         lambda s: s["stats"].__setitem__("commits", -2),

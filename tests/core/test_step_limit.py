@@ -5,16 +5,18 @@ from __future__ import annotations
 
 import asyncio
 from dataclasses import dataclass
+from typing import Literal
 
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from lookahead_sdk import CommitKind, LookaheadRuntime
+from lookahead_sdk.core.config import RuntimeConfig
 from lookahead_sdk.core.policy import ContextPolicy
 from lookahead_sdk.core.state import LookaheadStatus
 from lookahead_sdk.core.sync_runtime import SyncLookaheadRuntime
-from lookahead_sdk.errors import InvalidInputError
+from lookahead_sdk.errors import ConfigurationError, InvalidInputError
 
 from ..support.clock import VirtualClock
 from .policies import FakeSummarizer, RecordingWarmer
@@ -32,22 +34,37 @@ class Ended:
     starts_with_no_call_left: int  # lookaheads started at a boundary after the last call
 
 
+Limit = Literal["none", "loop", "config"]
+
+
 async def run(
-    policy: ContextPolicy, mode: str, outputs: list[int], *, limit: bool, steps: int | None = None
+    policy: ContextPolicy,
+    mode: str,
+    outputs: list[int],
+    *,
+    limit: bool | Limit,
+    steps: int | None = None,
 ) -> Ended:
-    """The reference loop with a step limit of `steps` (default: len(outputs)), telling the
-    runtime how many model calls are left when `limit` is set; virtual time, background work
-    finishing between boundaries."""
+    """The reference loop with a step limit of `steps` (default: len(outputs)); the runtime
+    knows it when `limit` is set: told the model calls left at each step as the reference loop
+    does (True or "loop"), or from `RuntimeConfig.model_call_limit` ("config"). Virtual time,
+    background work finishing between boundaries."""
     steps = len(outputs) if steps is None else steps
+    if isinstance(limit, bool):
+        limit = "loop" if limit else "none"
     clock = VirtualClock()
     kinds: list[CommitKind] = []
     late_starts = 0
     async with workload_runtime(
-        policy, mode, warmer=RecordingWarmer(), summarizer=FakeSummarizer()
+        policy,
+        mode,
+        warmer=RecordingWarmer(),
+        summarizer=FakeSummarizer(),
+        model_call_limit=steps if limit == "config" else None,
     ) as runtime:
         runtime.clock = clock
         for step in range(steps):
-            if limit:
+            if limit == "loop":
                 runtime.model_calls_left = steps - step - 1
             outcome = await runtime.commit()
             if outcome.committed:
@@ -117,6 +134,57 @@ def test_a_step_limit_changes_no_commit_and_starts_nothing_after_the_last_call(
     assert abs(len(limited.kinds) - len(synced.kinds)) <= 1
     assert set(limited.kinds) <= {CommitKind.HIT, CommitKind.FALLBACK}
     assert limited.starts_with_no_call_left == 0
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    name=st.sampled_from(["keep_recent", "summarize"]),
+    outputs=st.lists(st.sampled_from(OUTPUT_SIZES), min_size=6, max_size=40),
+)
+def test_a_configured_model_call_limit_counts_the_calls_as_the_loop_would(
+    name: str, outputs: list[int]
+) -> None:
+    """`RuntimeConfig.model_call_limit`, for agents whose loop cannot tell the runtime (framework
+    adapters): the runtime counts its commits and decides exactly as when the loop sets
+    `model_calls_left` at every step."""
+    told = asyncio.run(run(policy_named(name, True), "lookahead", outputs, limit="loop"))
+    counted = asyncio.run(run(policy_named(name, True), "lookahead", outputs, limit="config"))
+    assert counted == told
+
+
+def test_a_configured_limit_is_carried_by_saved_state() -> None:
+    """A runtime restored mid-run (a framework thread rebuilt from its checkpoint) goes on
+    counting from the calls the saved one had made."""
+
+    async def check() -> None:
+        policy = policy_named("keep_recent", True)
+        async with workload_runtime(policy, "lookahead", model_call_limit=6) as first:
+            assert first.model_calls_left == 6
+            for step in range(4):
+                await first.commit()
+                first.append(model_turn(step), tool_output(step, 120))
+                await first.boundary()
+            assert first.model_calls_left == 2
+            saved = first.save_state()
+        async with workload_runtime(policy, "lookahead", model_call_limit=6) as second:
+            second.load_state(saved)
+            assert second.model_calls_left == 2
+            await second.commit()
+            await second.commit()
+            assert second.model_calls_left == 0
+            await second.commit()  # a call beyond the limit: still 0, never negative
+            assert second.model_calls_left == 0
+        async with workload_runtime(policy, "lookahead") as unlimited:
+            unlimited.load_state(saved)  # no limit configured: the count is not a limit
+            assert unlimited.model_calls_left is None
+
+    asyncio.run(check())
+
+
+@pytest.mark.parametrize("value", [0, -3, 2.0, True, "8"])
+def test_a_bad_model_call_limit_is_refused_naming_the_field(value: object) -> None:
+    with pytest.raises(ConfigurationError, match="model_call_limit must be an int >= 1"):
+        RuntimeConfig(model_call_limit=value)  # type: ignore[arg-type]
 
 
 @settings(max_examples=40, deadline=None)

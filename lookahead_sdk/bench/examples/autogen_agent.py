@@ -37,11 +37,14 @@ MODEL_INFO = {
 }
 
 
-def new_context(endpoint: Endpoint, mode: RuntimeMode) -> LookaheadChatCompletionContext:
+def new_context(
+    endpoint: Endpoint, mode: RuntimeMode, model_call_limit: int
+) -> LookaheadChatCompletionContext:
     return LookaheadChatCompletionContext(  # takes its policy from @context_policy
         system_message=demo.SYSTEM_PROMPT,
         model=endpoint.model,
         config=endpoint.runtime_config(mode),
+        model_call_limit=model_call_limit,
     )
 
 
@@ -85,9 +88,12 @@ async def run(
         return turns
 
     state = None
+    prompts = (demo.task(), "Continue reading the next chunks.")
     async with demo.turn_feed(rows, on_turn):
-        for prompt in (demo.task(), "Continue reading the next chunks."):
-            context = new_context(endpoint, mode)
+        for prompt in prompts:
+            # The program's calls over both runs (the saved state carries the count): a
+            # lookahead started late in the first run is committed in the second.
+            context = new_context(endpoint, mode, model_call_limit=len(prompts) * (steps // 2))
             if state is not None:
                 await context.load_state(state)  # the second run resumes the first one's context
             tagged = LookaheadModelClient(client, context=context)

@@ -35,8 +35,9 @@ async def run(
     tool_latency_s: float = 0.0,
     on_turn: Callable[[demo.TurnRow], None] | None = None,
 ) -> list[demo.TurnRow]:
-    # Takes its policy from @context_policy; closes the config's summarizer and warmer.
-    middleware = LookaheadMiddleware(config=endpoint.runtime_config(mode))
+    # Takes its policy from @context_policy; closes the config's summarizer and warmer. The run
+    # ends at its model-call limit: no lookahead starts that it would end before committing.
+    middleware = LookaheadMiddleware(config=endpoint.runtime_config(mode), model_call_limit=steps)
     model = ChatOpenAI(
         model=endpoint.model,
         base_url=endpoint.openai_base_url,

@@ -47,8 +47,9 @@ async def run(
         max_tokens=96,
         max_retries=0,
     )
-    # Takes its policy from @context_policy; closes the config's summarizer and warmer.
-    llm = LookaheadLLM(model, config=endpoint.runtime_config(mode))
+    # Takes its policy from @context_policy; closes the config's summarizer and warmer. The run
+    # makes max_iterations calls and, with early_stopping_method="generate", one more.
+    llm = LookaheadLLM(model, config=endpoint.runtime_config(mode), model_call_limit=steps + 1)
     agent = FunctionAgent(
         tools=[demo.source_reader(latency_s=tool_latency_s)],
         llm=llm,
