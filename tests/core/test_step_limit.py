@@ -116,11 +116,12 @@ def test_the_last_lookahead_the_run_cannot_commit_is_not_started() -> None:
     assert all(kind is CommitKind.HIT for kind in limited.kinds)
 
 
+POLICY_NAMES = st.sampled_from(["keep_recent", "summarize"])
+OUTPUTS = st.lists(st.sampled_from(OUTPUT_SIZES), min_size=6, max_size=50)
+
+
 @settings(max_examples=60, deadline=None)
-@given(
-    name=st.sampled_from(["keep_recent", "summarize"]),
-    outputs=st.lists(st.sampled_from(OUTPUT_SIZES), min_size=6, max_size=50),
-)
+@given(name=POLICY_NAMES, outputs=OUTPUTS)
 def test_a_step_limit_changes_no_commit_and_starts_nothing_after_the_last_call(
     name: str, outputs: list[int]
 ) -> None:
@@ -137,10 +138,7 @@ def test_a_step_limit_changes_no_commit_and_starts_nothing_after_the_last_call(
 
 
 @settings(max_examples=40, deadline=None)
-@given(
-    name=st.sampled_from(["keep_recent", "summarize"]),
-    outputs=st.lists(st.sampled_from(OUTPUT_SIZES), min_size=6, max_size=40),
-)
+@given(name=POLICY_NAMES, outputs=OUTPUTS)
 def test_a_configured_model_call_limit_counts_the_calls_as_the_loop_would(
     name: str, outputs: list[int]
 ) -> None:
