@@ -226,8 +226,9 @@ class LookaheadRuntime:
         # Where `should_commit_ahead` held (history length, its signature): the next model call
         # commits while the history still extends that prefix.
         self._commit_due_at: tuple[int, bytes] | None = None
-        self._model_calls_left: int | None = config.model_call_limit
+        self._model_calls_left: int | None = None
         self._model_calls_made = 0  # commits, one before each model call (with a limit set)
+        self._calls_left_from_limit()
 
     # -- settings ------------------------------------------------------------------------------
     @property
@@ -371,6 +372,7 @@ class LookaheadRuntime:
         if limit is None:
             return
         self._model_calls_made += 1
+        self._calls_left_from_limit()
         if self._model_calls_made == limit + 1:
             log.warning(
                 "program %s: model call %d, over model_call_limit=%d: no lookahead starts from "
@@ -380,7 +382,12 @@ class LookaheadRuntime:
                 self._model_calls_made,
                 limit,
             )
-        self._model_calls_left = max(limit - self._model_calls_made, 0)
+
+    def _calls_left_from_limit(self) -> None:
+        """With `RuntimeConfig.model_call_limit` set: the limit less the calls made, never below 0."""
+        limit = self.config.model_call_limit
+        if limit is not None:
+            self._model_calls_left = max(limit - self._model_calls_made, 0)
 
     async def _commit(self) -> CommitOutcome:
         main, lookahead = self.main, self.lookahead
@@ -1154,8 +1161,7 @@ class LookaheadRuntime:
             self._job.cancel()
         self.main, self.lookahead, self.stats, self._commit_due_at, calls_made = restored
         self._model_calls_made = calls_made
-        if self.config.model_call_limit is not None:
-            self._model_calls_left = max(self.config.model_call_limit - calls_made, 0)
+        self._calls_left_from_limit()
         self._pending_boundary = False
         if program_id != self.program_id:
             if self.mode == "lookahead":

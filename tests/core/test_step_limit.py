@@ -42,16 +42,14 @@ async def run(
     mode: str,
     outputs: list[int],
     *,
-    limit: bool | Limit,
+    limit: Limit,
     steps: int | None = None,
 ) -> Ended:
     """The reference loop with a step limit of `steps` (default: len(outputs)); the runtime
-    knows it when `limit` is set: told the model calls left at each step as the reference loop
-    does (True or "loop"), or from `RuntimeConfig.model_call_limit` ("config"). Virtual time,
+    knows it unless `limit` is "none": told the model calls left at each step as the reference
+    loop does ("loop"), or from `RuntimeConfig.model_call_limit` ("config"). Virtual time,
     background work finishing between boundaries."""
     steps = len(outputs) if steps is None else steps
-    if isinstance(limit, bool):
-        limit = "loop" if limit else "none"
     clock = VirtualClock()
     kinds: list[CommitKind] = []
     late_starts = 0
@@ -95,19 +93,19 @@ def test_the_last_lookahead_the_run_cannot_commit_is_not_started() -> None:
     and every commit is the same as before."""
     outputs = [300] * 40
     unlimited = asyncio.run(
-        run(policy_named("keep_recent", True), "lookahead", outputs, limit=False)
+        run(policy_named("keep_recent", True), "lookahead", outputs, limit="none")
     )
     # Find a run length that ends between a lookahead's start and its commit.
     for steps in range(20, 40):
         without = asyncio.run(
-            run(policy_named("keep_recent", True), "lookahead", outputs, limit=False, steps=steps)
+            run(policy_named("keep_recent", True), "lookahead", outputs, limit="none", steps=steps)
         )
         if without.left_over is LookaheadStatus.READY and without.wasted_tokens > 0:
             break
     else:
         pytest.fail(f"no run length left a lookahead uncommitted: {unlimited}")
     limited = asyncio.run(
-        run(policy_named("keep_recent", True), "lookahead", outputs, limit=True, steps=steps)
+        run(policy_named("keep_recent", True), "lookahead", outputs, limit="loop", steps=steps)
     )
     assert limited.out_of_reach >= 1
     assert limited.wasted_tokens == 0
@@ -130,8 +128,8 @@ def test_a_step_limit_changes_no_commit_and_starts_nothing_after_the_last_call(
     within the one commit that a hit's turn of slack can move (a lookahead started later, with
     bursts yet to come, keeps up to a turn more), and no background work starts once no model
     call is left."""
-    synced = asyncio.run(run(policy_named(name, True), "sync", outputs, limit=True))
-    limited = asyncio.run(run(policy_named(name, True), "lookahead", outputs, limit=True))
+    synced = asyncio.run(run(policy_named(name, True), "sync", outputs, limit="loop"))
+    limited = asyncio.run(run(policy_named(name, True), "lookahead", outputs, limit="loop"))
     assert abs(len(limited.kinds) - len(synced.kinds)) <= 1
     assert set(limited.kinds) <= {CommitKind.HIT, CommitKind.FALLBACK}
     assert limited.starts_with_no_call_left == 0
@@ -194,7 +192,7 @@ def test_with_even_growth_every_lookahead_started_is_committed(size: int, steps:
     """Growth as expected: the forecast is exact, so no lookahead is thrown away at the end and
     no commit falls back for want of one."""
     ended = asyncio.run(
-        run(policy_named("keep_recent", True), "lookahead", [size] * steps, limit=True)
+        run(policy_named("keep_recent", True), "lookahead", [size] * steps, limit="loop")
     )
     assert ended.wasted_tokens == 0, ended
     assert ended.left_over is LookaheadStatus.IDLE, ended
