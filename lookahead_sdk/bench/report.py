@@ -246,6 +246,63 @@ def render_router_sweep(document: Document) -> str:
     return markdown_table(header, rows)
 
 
+def render_router_frontier(document: Document) -> str:
+    """`bench router --sensitivity`: per thunder setting, hold p99 up to 2x and the worst load
+    up to 3x against the setting's own peak, per seed; how many seeds meet both at once."""
+    points = document.get("frontier") or []
+    seeds = sorted({p["seed"] for p in points})
+    defaults = document["setup"]["thunder_config"]
+    header = [
+        "setting",
+        "hold p99 up to 2x (s)",
+        "re-prefill at 2x (M tokens)",
+        "worst load / peak up to 3x",
+        "seeds meeting both",
+    ]
+    rows: list[list[str]] = []
+    for label in dict.fromkeys(_frontier_label(p, defaults) for p in points):
+        mine = [p for p in points if _frontier_label(p, defaults) == label]
+        rows.append(
+            [
+                label,
+                _per_seed(mine, seeds, _hold_cell),
+                _per_seed(mine, seeds, _reprefill_cell),
+                _per_seed(mine, seeds, lambda p: f"{p['worst_over_peak']:.2f}"),
+                f"{sum(p['both_met'] for p in mine)} of {len(mine)}",
+            ]
+        )
+    return markdown_table(header, rows)
+
+
+def _per_seed(
+    points: Sequence[dict[str, Any]], seeds: Sequence[int], cell: Callable[[dict[str, Any]], str]
+) -> str:
+    by_seed = {p["seed"]: p for p in points}
+    return " / ".join(cell(by_seed[seed]) if seed in by_seed else "-" for seed in seeds)
+
+
+def _hold_cell(point: dict[str, Any]) -> str:
+    forced = point["forced_admits"]
+    return f"{point['worst_hold_p99_s']:.0f}" + (f" ({forced} forced)" if forced else "")
+
+
+def _reprefill_cell(point: dict[str, Any]) -> str:
+    tokens = point["reprefill_tokens_at_2x"]
+    return "-" if tokens is None else f"{tokens / 1e6:.1f}"
+
+
+def _frontier_label(point: dict[str, Any], defaults: dict[str, Any]) -> str:
+    label = f"aging {point['aging_s']:g} s, budget {point['swap_budget']:g}"
+    if point["decay_half_life_s"] != defaults["decay_half_life_s"]:
+        label += f", half-life {point['decay_half_life_s']:g} s"
+    if point["pause_order"] != defaults["pause_order"]:
+        label += f", {point['pause_order']} pauses"
+    knobs = ("aging_s", "swap_budget", "decay_half_life_s", "pause_order")
+    if all(point[k] == defaults[k] for k in knobs):
+        label = f"**{label} (default)**"
+    return label
+
+
 def render_router_overhead(document: Document) -> str:
     """`bench router --mode overhead`: TTFT through the router minus direct, per round (a
     document from before rounds is one round); the targets are judged on the worst round."""
@@ -374,6 +431,7 @@ RENDERERS: dict[str, Renderer] = {
     "adapters": render_adapters,
     "router-targets": render_router_targets,
     "router-sweep": render_router_sweep,
+    "router-frontier": render_router_frontier,
     "router-overhead": render_router_overhead,
     "router-engine": render_router_engine,
     "runtime-overhead": render_runtime_overhead,

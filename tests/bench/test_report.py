@@ -13,6 +13,7 @@ from lookahead_sdk.bench.report import (
     render_engine_threads,
     render_foreground_behind,
     render_provenance,
+    render_router_frontier,
     render_warm_up_batches,
     run_report,
 )
@@ -197,3 +198,32 @@ def test_the_warm_up_batch_tables_set_each_batch_against_the_engines_and_each_ar
     assert "| 1024 | 260 | 260 (+0%) |" in text
     assert "| chunks batches 32 | 10.80 | 0.900 |" in text
     assert "| one after the other | 12.00 | 1.000 |" in text
+
+
+def test_the_router_frontier_table_has_a_row_per_setting_with_each_seed() -> None:
+    defaults = {"aging_s": 40.0, "swap_budget": 0.12, "decay_half_life_s": 1.0}
+    defaults["pause_order"] = "idle_longest"
+
+    def point(budget: float, seed: int, hold: float, worst: float, forced: int = 0) -> dict:
+        both = hold <= 60 and forced == 0 and worst >= 0.9
+        knobs = {**defaults, "swap_budget": budget}
+        return {
+            **knobs, "seed": seed, "worst_hold_p99_s": hold, "forced_admits": forced,
+            "worst_over_peak": worst, "reprefill_tokens_at_2x": 10_300_000, "both_met": both,
+        }  # fmt: skip
+
+    document = {
+        "setup": {"thunder_config": defaults},
+        "frontier": [
+            point(0.08, 0, 71.2, 0.95), point(0.08, 1, 78.0, 0.90, forced=2),
+            point(0.12, 0, 49.0, 0.87), point(0.12, 1, 57.4, 0.91),
+        ],
+    }  # fmt: skip
+    lines = render_router_frontier(document).splitlines()
+    assert len(lines) == 4  # header, rule, two settings
+    assert (
+        lines[2]
+        == "| aging 40 s, budget 0.08 | 71 / 78 (2 forced) | 10.3 / 10.3 | 0.95 / 0.90 | 0 of 2 |"
+    )
+    assert lines[3].startswith("| **aging 40 s, budget 0.12 (default)** | 49 / 57 |")
+    assert lines[3].endswith("| 0.87 / 0.91 | 1 of 2 |")

@@ -102,6 +102,12 @@ def test_a_small_sweep_writes_json_and_a_plot(tmp_path) -> None:
     ]
     assert knobs == [(0.0, "idle_longest", 8), (1.0, "idle_longest", 8), (1.0, "smallest", 8)]
     assert bench._sensitivity_table(document["sensitivity"]).row_count == 3
+    assert [(p["decay_half_life_s"], p["pause_order"]) for p in written["frontier"]] == [
+        (0.0, "idle_longest"),
+        (1.0, "idle_longest"),
+        (1.0, "smallest"),
+    ]
+    assert (tmp_path / "router_frontier.png").stat().st_size > 0
 
 
 def test_measure_tick_reports_percentiles() -> None:
@@ -126,3 +132,91 @@ def test_the_command_line_runs_a_sweep(tmp_path) -> None:
     assert [r["arm"] for r in document["runs"]] == ["thunder", "session"]
     with pytest.raises(ValueError, match="runs the simulation"):
         bench.run_router_bench("engine")
+
+
+def _sensitivity_row(
+    budget: float,
+    seed: int,
+    programs: int,
+    overload: float,
+    steps: float,
+    hold: float,
+    forced: int = 0,
+) -> dict:
+    return {
+        "decay_half_life_s": 1.0, "aging_s": 40.0, "swap_budget": budget,
+        "pause_order": "idle_longest", "arm": "thunder", "seed": seed, "programs": programs,
+        "overload": overload, "steps_per_min": steps, "hold_p99_s": hold,
+        "forced_admits": forced, "reprefill_tokens": int(steps * 1000),
+    }  # fmt: skip
+
+
+LOADS = ((64, 0.89), (144, 2.0), (216, 3.0))
+
+
+def _setting(
+    budget: float,
+    seed: int,
+    steps: tuple[float, ...],
+    holds: tuple[float, ...],
+    forced: tuple[int, ...] = (0, 0, 0),
+) -> list[dict]:
+    """One setting's runs at LOADS."""
+    return [
+        _sensitivity_row(budget, seed, programs, overload, s, h, f)
+        for (programs, overload), s, h, f in zip(LOADS, steps, holds, forced, strict=True)
+    ]  # fmt: skip
+
+
+def test_the_frontier_judges_each_setting_and_seed_on_both_targets_at_once() -> None:
+    rows = [
+        # budget 0.08: steps hold up (worst 540 / 600 = 0.9), holds reach 70 s at 2x
+        *_setting(0.08, 0, steps=(600, 560, 540), holds=(0, 70, 90)),
+        # budget 0.12: holds bounded (55 s up to 2x; 3x is not judged), steps fall to 0.85
+        *_setting(0.12, 0, steps=(600, 510, 530), holds=(0, 55, 80)),
+        # seed 1 of budget 0.12: meets both, though forced admits at 3x do not count
+        *_setting(0.12, 1, steps=(600, 560, 550), holds=(0, 55, 80), forced=(0, 0, 3)),
+    ]
+    points = {(p["swap_budget"], p["seed"]): p for p in bench.frontier(rows)}
+    assert set(points) == {(0.08, 0), (0.12, 0), (0.12, 1)}
+    slack = points[(0.08, 0)]
+    assert (slack["worst_over_peak"], slack["worst_hold_p99_s"]) == (0.9, 70)
+    assert (slack["collapse_met"], slack["holds_met"], slack["both_met"]) == (True, False, False)
+    bounded = points[(0.12, 0)]
+    assert (bounded["worst_programs"], bounded["worst_over_peak"]) == (144, 0.85)
+    assert (bounded["holds_met"], bounded["collapse_met"], bounded["both_met"]) == (
+        True,
+        False,
+        False,
+    )
+    assert bounded["reprefill_tokens_at_2x"] == 510_000
+    both = points[(0.12, 1)]
+    assert both["both_met"] and both["forced_admits"] == 0
+    # A forced admit at 2x fails the hold target whatever the hold p99.
+    forced = [dict(r, forced_admits=1) if r["programs"] == 144 else r for r in rows]
+    refused = {(p["swap_budget"], p["seed"]): p for p in bench.frontier(forced)}[(0.12, 1)]
+    assert not refused["holds_met"] and not refused["both_met"]
+
+
+def test_the_targets_and_the_frontier_judge_the_default_the_same_way() -> None:
+    loads = [(64, 0.89), (128, 1.78), (144, 2.0), (216, 3.0)]
+    rows = [
+        _sensitivity_row(0.12, seed, p, o, s, h)
+        for seed in (0, 1)
+        for (p, o), s, h in zip(
+            loads, (600, 520 + seed * 40, 550, 560), (0, 45, 58, 90), strict=True
+        )
+    ]
+    targets = bench.evaluate_targets(rows, [], None)
+    points = {p["seed"]: p for p in bench.frontier(rows)}
+    for seed in (0, 1):
+        assert (
+            targets["no_collapse_up_to_3x"]["per_seed"][seed]["worst_over_peak"]
+            == points[seed]["worst_over_peak"]
+        )
+        assert (
+            targets["holds_up_to_2x"]["per_seed"][seed]["worst_hold_p99_s"]
+            == points[seed]["worst_hold_p99_s"]
+        )
+    assert [points[s]["both_met"] for s in (0, 1)] == [False, True]
+    assert targets["no_collapse_up_to_3x"]["met"] is False
