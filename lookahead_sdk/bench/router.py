@@ -18,6 +18,7 @@ import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field, replace
+from pathlib import Path
 from typing import Any
 
 from lookahead_sdk.base.args import (
@@ -573,7 +574,7 @@ def evaluate_targets(
 # --- output ------------------------------------------------------------------------------------
 
 
-def plot_sweep(path: str, runs: list[dict[str, Any]], settings: SweepSettings) -> None:
+def plot_sweep(path: str | Path, runs: list[dict[str, Any]], settings: SweepSettings) -> None:
     figure, axes = new_figure(1, 1, size=(9, 5))
     axis = axes[0][0]
     for arm in settings.arms:
@@ -603,7 +604,7 @@ def plot_sweep(path: str, runs: list[dict[str, Any]], settings: SweepSettings) -
     save_figure(figure, path)
 
 
-def plot_frontier(path: str, points: Sequence[dict[str, Any]]) -> None:
+def plot_frontier(path: str | Path, points: Sequence[dict[str, Any]]) -> None:
     """Each thunder setting and seed as a point: hold p99 up to 2x against the worst load up to
     3x over its own peak, with the region where both targets hold shaded."""
     figure, axes = new_figure(1, 1, size=(8, 5))
@@ -636,9 +637,9 @@ def plot_frontier(path: str, points: Sequence[dict[str, Any]]) -> None:
     save_figure(figure, path)
 
 
-def frontier_plot_path(plot_path: str) -> str:
-    stem, dot, suffix = plot_path.rpartition(".")
-    return f"{stem}_frontier.{suffix}" if dot else f"{plot_path}_frontier"
+def frontier_plot_path(plot_path: str | Path) -> Path:
+    path = Path(plot_path)
+    return path.with_name(f"{path.stem}_frontier{path.suffix or '.png'}")
 
 
 def _table(runs: list[dict[str, Any]], arms: Sequence[str]) -> Any:
@@ -704,8 +705,8 @@ def _frontier_table(points: list[dict[str, Any]]) -> Any:
 
 def run_router_bench(
     mode: str = "sim",
-    json_path: str | None = None,
-    plot_path: str | None = None,
+    json_path: str | Path | None = None,
+    plot_path: str | Path | None = None,
     *,
     settings: SweepSettings | None = None,
     burst: BurstSettings | None = BurstSettings(),

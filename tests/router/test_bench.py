@@ -1,6 +1,7 @@
 import argparse
 import json
 import math
+from pathlib import Path
 
 import pytest
 
@@ -220,3 +221,10 @@ def test_the_targets_and_the_frontier_judge_the_default_the_same_way() -> None:
         )
     assert [points[s]["both_met"] for s in (0, 1)] == [False, True]
     assert targets["no_collapse_up_to_3x"]["met"] is False
+
+
+def test_the_frontier_plot_sits_beside_the_sweep_plot_for_str_and_path() -> None:
+    expected = Path("out/router_sim_frontier.png")
+    assert bench.frontier_plot_path("out/router_sim.png") == expected
+    assert bench.frontier_plot_path(Path("out/router_sim.png")) == expected  # the CLI's type
+    assert bench.frontier_plot_path("out/plot") == Path("out/plot_frontier.png")
