@@ -292,6 +292,8 @@ def _reprefill_cell(point: dict[str, Any]) -> str:
 
 
 def _frontier_label(point: dict[str, Any], defaults: dict[str, Any]) -> str:
+    if point["decay_half_life_s"] == 0:
+        return "no preemption (`decay_half_life_s=0`, the thunder-no-decay arm)"
     label = f"aging {point['aging_s']:g} s, budget {point['swap_budget']:g}"
     if point["decay_half_life_s"] != defaults["decay_half_life_s"]:
         label += f", half-life {point['decay_half_life_s']:g} s"

@@ -369,6 +369,13 @@ def frontier(rows: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
     return points
 
 
+def _no_decay_rows(runs: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The sweep's thunder-no-decay runs with their knobs: the frontier's no-preemption end."""
+    config = ThunderConfig(decay_half_life_s=0.0)
+    knobs = {name: getattr(config, name) for name in _KNOBS}
+    return [{**knobs, **r} for r in runs if r["arm"] == "thunder-no-decay"]
+
+
 _KNOBS = ("decay_half_life_s", "aging_s", "swap_budget", "pause_order")
 
 
@@ -739,7 +746,7 @@ def run_router_bench(
         "burst": burst_rows,
         "tick": tick_row,
         "sensitivity": sensitivity_rows,
-        "frontier": frontier(sensitivity_rows),
+        "frontier": frontier(_no_decay_rows(runs) + sensitivity_rows) if sensitivity else [],
         "targets": evaluate_targets(runs, burst_rows, tick_row),
     }
     if json_path:

@@ -103,11 +103,17 @@ def test_a_small_sweep_writes_json_and_a_plot(tmp_path) -> None:
     ]
     assert knobs == [(0.0, "idle_longest", 8), (1.0, "idle_longest", 8), (1.0, "smallest", 8)]
     assert bench._sensitivity_table(document["sensitivity"]).row_count == 3
-    assert [(p["decay_half_life_s"], p["pause_order"]) for p in written["frontier"]] == [
-        (0.0, "idle_longest"),
-        (1.0, "idle_longest"),
-        (1.0, "smallest"),
+    # The sweep's thunder-no-decay arm leads the frontier as its no-preemption end.
+    assert [
+        (p["decay_half_life_s"], p["swap_budget"], p["pause_order"]) for p in written["frontier"]
+    ] == [
+        (0.0, 0.12, "idle_longest"),
+        (0.0, 0.1, "idle_longest"),
+        (1.0, 0.1, "idle_longest"),
+        (1.0, 0.12, "smallest"),
     ]
+    no_decay = [r for r in written["runs"] if r["arm"] == "thunder-no-decay"]
+    assert written["frontier"][0]["peak_steps_per_min"] == max(r["steps_per_min"] for r in no_decay)
     assert (tmp_path / "router_frontier.png").stat().st_size > 0
 
 
