@@ -613,34 +613,52 @@ def plot_sweep(path: str | Path, runs: list[dict[str, Any]], settings: SweepSett
 
 def plot_frontier(path: str | Path, points: Sequence[dict[str, Any]]) -> None:
     """Each thunder setting and seed as a point: hold p99 up to 2x against the worst load up to
-    3x over its own peak, with the region where both targets hold shaded."""
-    figure, axes = new_figure(1, 1, size=(8, 5))
+    3x over its own peak, with the region where both targets hold shaded. Settings without
+    preemption (decay off) wait minutes: they sit at the right edge, their holds written out."""
+    figure, axes = new_figure(1, 1, size=(11, 5))
     axis = axes[0][0]
     axis.fill_between([0, 60], 0.9, 1.0, color="tab:green", alpha=0.12, label="both targets met")
-    budgets = sorted({p["swap_budget"] for p in points})
-    markers = dict(zip(sorted({p["aging_s"] for p in points}), "osD^v<>", strict=False))
+    preempting = [p for p in points if p["decay_half_life_s"] > 0]
+    budgets = sorted({p["swap_budget"] for p in preempting})
+    markers = dict(zip(sorted({p["aging_s"] for p in preempting}), "osD^v<>", strict=False))
     colors = {budget: f"C{i}" for i, budget in enumerate(budgets)}
+    right = 1.15 * max((p["worst_hold_p99_s"] for p in preempting), default=60.0)
     seen: set[str] = set()
-    for point in points:
+    for point in preempting:
         label = f"budget {point['swap_budget']:g}, aging {point['aging_s']:g} s"
-        if point["pause_order"] != "idle_longest":
-            label += f", {point['pause_order']} pauses"
+        smallest = point["pause_order"] != "idle_longest"
+        label += f", {point['pause_order']} pauses" if smallest else ""
         axis.scatter(
             point["worst_hold_p99_s"],
             point["worst_over_peak"],
             color=colors[point["swap_budget"]],
-            marker=markers.get(point["aging_s"], "o")
-            if point["pause_order"] == "idle_longest"
-            else "x",
+            marker="x" if smallest else markers[point["aging_s"]],
             label=None if label in seen else label,
         )
         seen.add(label)
+    waiting = [p for p in points if p["decay_half_life_s"] == 0]
+    if waiting:
+        axis.scatter(
+            [right] * len(waiting),
+            [p["worst_over_peak"] for p in waiting],
+            color="black",
+            marker=">",
+            label="no preemption (decay off), holds written beside",
+        )
+        for point in waiting:
+            axis.annotate(
+                f"{point['worst_hold_p99_s']:.0f} s",
+                (right, point["worst_over_peak"]),
+                textcoords="offset points",
+                xytext=(-34, -3),
+                fontsize="x-small",
+            )
     axis.set_xlabel("hold p99 at loads up to 2x (s, worst load of the seed)")
     axis.set_ylabel("steps/min at the worst load up to 3x / own peak")
     axis.set_title("thunder settings: bounded holds against no collapse (one point per seed)")
-    axis.set_xlim(left=0)
+    axis.set_xlim(0, right * 1.03)
     axis.set_ylim(top=1.0)
-    axis.legend(fontsize="x-small", ncol=2)
+    axis.legend(fontsize="x-small", loc="upper left", bbox_to_anchor=(1.01, 1.0))
     save_figure(figure, path)
 
 
