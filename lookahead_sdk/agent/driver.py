@@ -31,6 +31,7 @@ from lookahead_sdk.base.tags import program
 from lookahead_sdk.base.tokens import TokenCounter, auto_token_counter
 from lookahead_sdk.base.tools import ToolRegistry
 from lookahead_sdk.client.endpoint import Endpoint
+from lookahead_sdk.client.engine_counters import read_engine_counters
 from lookahead_sdk.client.session import ServerSession
 from lookahead_sdk.client.slack import DEFAULT_GATE_ADMISSION, GateAdmission, SlackGate
 from lookahead_sdk.client.timeline import (
@@ -118,6 +119,9 @@ class RunResult:
     # CPU seconds the client process (the agents, the SDK, its HTTP clients) used over the run:
     # on a machine the engine shares, the lookahead's own bookkeeping competes with the engine.
     client_cpu_s: float = 0.0
+    # What llama-server counted over the run (`client.engine_counters`): prompt and generated
+    # tokens, `llama_decode` calls, busy slots per call; empty where the server exports none.
+    engine_counters: dict[str, float] = field(default_factory=dict)
     # Runs pooled into this record (`pooled`): how many, and each one's wall time.
     repeats: int = 1
     wall_s_each: list[float] = field(default_factory=list)
@@ -145,6 +149,11 @@ class RunResult:
         merged.engine_idle_s = sum(run.engine_idle_s for run in runs) / count
         merged.background_yields = sum(run.background_yields for run in runs) / count
         merged.client_cpu_s = sum(run.client_cpu_s for run in runs) / count
+        counted = [run.engine_counters for run in runs if run.engine_counters]
+        if len(counted) == count:
+            merged.engine_counters = {
+                name: round(sum(c[name] for c in counted) / count, 3) for name in counted[0]
+            }
         return merged
 
     def add(self, run: AgentRun) -> None:
@@ -350,6 +359,7 @@ async def run_agents(
             async with program(f"{strategy}-{mode}-a{index}-s{seed}", release_to=()):
                 return await agent.run(MAIN_SYSTEM_PROMPT, task, plan=plan)
 
+        counters_before = await read_engine_counters(base_url)
         started, cpu_started = loop.time(), process_cpu_s()
         trace_started = time.perf_counter()
         trace: RunTrace | None = None
@@ -372,6 +382,9 @@ async def run_agents(
                 await warm.aclose()
     result.wall_s = loop.time() - started
     result.client_cpu_s = process_cpu_s() - cpu_started
+    counters_after = await read_engine_counters(base_url)
+    if counters_before is not None and counters_after is not None:
+        result.engine_counters = counters_after.since(counters_before)
     if on_trace is not None and trace is not None:  # outside the measured time
         on_trace(trace)
     return result

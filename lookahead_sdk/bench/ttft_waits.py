@@ -40,7 +40,9 @@ WAITS_LEGEND = (
     "gate: seconds best-effort work waited for slack. The whole run, sync -> lookahead: "
     "seconds the foreground replies spent decoding (first token to end); seconds with no "
     "request to the engine in flight (what the synchronous run leaves is the most background "
-    "work that can run without lengthening it); CPU seconds the client process used."
+    "work that can run without lengthening it); CPU seconds the client process used; what "
+    "llama-server counted: prompt and generated tokens, llama_decode calls, and the run's "
+    "busy seconds (wall less idle) per token, in ms."
 )
 
 
@@ -69,9 +71,19 @@ def waits_tables(runs: Runs, *, name: str = "strategy") -> list[Table]:
         " / s beside a decoding reply",
         (name, *(label for _, label in BACKGROUND_COLUMNS), "yields", "gate s"),
     )
+    # Runs recorded before the engine's counters were read keep their table as it was.
+    counted = any(
+        run.get("engine_counters") for by_mode in runs.values() for run in by_mode.values()
+    )
     whole_run = compact_table(
         "The whole run, per run, sync -> lookahead",
-        (name, "replies decoding s", "engine idle s", "client CPU s"),
+        (
+            name,
+            "replies decoding s",
+            "engine idle s",
+            "client CPU s",
+            *(ENGINE_COLUMNS if counted else ()),
+        ),
     )
     for run_name, by_mode in runs.items():
         for kind, letter, ttft_key in TURN_KINDS:
@@ -100,6 +112,7 @@ def waits_tables(runs: Runs, *, name: str = "strategy") -> list[Table]:
             _sync_to_lookahead(sync.get("reply_decode_s"), look.get("reply_decode_s")),
             _sync_to_lookahead(sync.get("engine_idle_s"), look.get("engine_idle_s")),
             _sync_to_lookahead(sync.get("client_cpu_s"), look.get("client_cpu_s"), decimals=1),
+            *(engine_cells(sync, look) if counted else ()),
         )
     return [waits, background, whole_run]
 
@@ -109,6 +122,29 @@ def _sync_to_lookahead(sync_s: float | None, look_s: float | None, *, decimals: 
     if sync_s is None or look_s is None:
         return "-"
     return f"{sync_s:.{decimals}f}->{look_s:.{decimals}f}"
+
+
+ENGINE_COLUMNS = ("engine tokens", "decode calls", "busy ms per token")
+
+
+def engine_cells(sync: Mapping[str, Any], look: Mapping[str, Any]) -> tuple[str, str, str]:
+    """What llama-server counted, sync -> lookahead: prompt + generated tokens, `llama_decode`
+    calls, and the engine's busy time (the run's wall less its idle time) per token, which
+    says whether a run computed more tokens or paid more for each ('-': not counted)."""
+    counted = [run.get("engine_counters") or {} for run in (sync, look)]
+    if not all(counted):
+        return ("-", "-", "-")
+    tokens = [c["prompt_tokens"] + c["generated_tokens"] for c in counted]
+    calls = [c["decode_calls"] for c in counted]
+    busy_ms = [
+        1000 * (run["wall_s"] - run["engine_idle_s"]) / count if count else 0.0
+        for run, count in zip((sync, look), tokens, strict=True)
+    ]
+    return (
+        f"{tokens[0]:.0f}->{tokens[1]:.0f}",
+        f"{calls[0]:.0f}->{calls[1]:.0f}",
+        f"{busy_ms[0]:.2f}->{busy_ms[1]:.2f}",
+    )
 
 
 def _count(value: float | None) -> str:

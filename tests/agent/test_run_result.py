@@ -72,3 +72,15 @@ def test_pooling_loses_no_turn_and_no_token(shapes: list) -> None:
     assert min(pooled.wall_s_each) - ulps <= pooled.wall_s <= max(pooled.wall_s_each) + ulps
     one = RunResult.pooled(runs[:1])
     assert one.to_json() == {**runs[0].to_json(), "wall_s_each": [runs[0].wall_s]}
+
+
+def test_pooled_engine_counters_are_means_per_run_and_only_when_every_run_has_them() -> None:
+    first, second = run(60.0, [1.0], 1, 4, 1), run(64.0, [0.9], 1, 6, 2)
+    first.engine_counters = {"prompt_tokens": 100.0, "decode_calls": 10.0}
+    second.engine_counters = {"prompt_tokens": 300.0, "decode_calls": 20.0}
+    assert RunResult.pooled([first, second]).engine_counters == {
+        "prompt_tokens": 200.0,
+        "decode_calls": 15.0,
+    }
+    second.engine_counters = {}  # a server that exports none: no mean of half the runs
+    assert RunResult.pooled([first, second]).engine_counters == {}

@@ -93,6 +93,11 @@ def test_bench_ttft_document_on_the_embedded_engine(embedded_engine, tmp_path: P
             assert len(result["normal_new_tokens"]) == len(result["normal_ttft_s"])
             assert all(t > 0 for t in result["transform_ttft_s"] + result["normal_ttft_s"])
             assert result["stale"] == 0
+            # llama-server's own count of the run: every turn generated, prompts computed.
+            counted = result["engine_counters"]
+            turns_run = len(result["transform_ttft_s"]) + len(result["normal_ttft_s"])
+            assert counted["generated_tokens"] >= turns_run and counted["prompt_tokens"] > 0
+            assert counted["decode_calls"] >= turns_run and counted["busy_slots_per_call"] >= 1
         sync, look = runs["sync"], runs["lookahead"]
         assert sync["lookahead_hits"] == 0 and sync["extra_prompt_tokens"] == 0
         assert look["lookahead_hits"] + look["fallbacks"] == look["transform_turns"]
@@ -178,6 +183,7 @@ def test_bench_ttft_runs_the_same_workload_on_the_simulator() -> None:
     assert look["lookahead_hits"] >= 2 and look["stale"] == 0
     for pooled in (sync, look):
         assert pooled["repeats"] == 2 and len(pooled["wall_s_each"]) == 2
+        assert pooled["engine_counters"] == {}  # the simulator exports no llama.cpp counters
         assert pooled["wall_s"] == pytest.approx(sum(pooled["wall_s_each"]) / 2)
         assert min(pooled["wall_s_each"]) > 0
         # The client's own CPU per run: some, and no more than the wall time on every CPU.

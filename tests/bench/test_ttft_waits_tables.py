@@ -53,7 +53,8 @@ def test_the_background_table_shows_the_client_cpu_per_run() -> None:
     sync, look = mode_run(20.0, None), mode_run(43.0, 2.0)
     sync["client_cpu_s"], look["client_cpu_s"] = 1.4, 2.6
     text = rendered({"isolate": {"sync": sync, "lookahead": look}})
-    assert text.split()[-4:] == ["isolate", "20->43", "-", "1.4->2.6"]  # decode, idle, CPU
+    # decode, idle, CPU; no engine counters in these runs, so no columns for them
+    assert text.split()[-4:] == ["isolate", "20->43", "-", "1.4->2.6"]
 
 
 def test_the_background_table_shows_the_engines_idle_time_per_run() -> None:
@@ -61,3 +62,30 @@ def test_the_background_table_shows_the_engines_idle_time_per_run() -> None:
     sync["engine_idle_s"], look["engine_idle_s"] = 31.6, 4.2
     text = rendered({"keep_recent": {"sync": sync, "lookahead": look}})
     assert text.split()[-4:] == ["keep_recent", "20->43", "32->4", "-"]
+
+
+def test_the_whole_run_table_shows_what_the_engine_counted_and_its_busy_time_per_token() -> None:
+    sync, look = mode_run(20.0, None), mode_run(43.0, 2.0)
+    sync.update(wall_s=297.5, engine_idle_s=34.4)
+    look.update(wall_s=315.5, engine_idle_s=23.7)
+    sync["engine_counters"] = {
+        "prompt_tokens": 42744, "generated_tokens": 3362, "decode_calls": 1275,
+        "busy_slots_per_call": 3.0,
+    }  # fmt: skip
+    look["engine_counters"] = {
+        "prompt_tokens": 43813, "generated_tokens": 3582, "decode_calls": 1170,
+        "busy_slots_per_call": 3.5,
+    }  # fmt: skip
+    text = rendered({"keep_recent": {"sync": sync, "lookahead": look}})
+    # 263.1 s busy over 46,106 tokens -> 5.71 ms; 291.8 s over 47,395 -> 6.16 ms
+    assert text.split()[-3:] == ["46106->47395", "1275->1170", "5.71->6.16"]
+
+
+def test_a_run_without_engine_counters_on_one_side_shows_dashes() -> None:
+    sync, look = mode_run(20.0, None), mode_run(43.0, 2.0)
+    look.update(wall_s=10.0, engine_idle_s=1.0)
+    look["engine_counters"] = {
+        "prompt_tokens": 1, "generated_tokens": 1, "decode_calls": 1, "busy_slots_per_call": 1.0
+    }  # fmt: skip
+    text = rendered({"isolate": {"sync": sync, "lookahead": look}})
+    assert text.split()[-3:] == ["-", "-", "-"]
