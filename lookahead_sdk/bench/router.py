@@ -18,6 +18,7 @@ import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field, replace
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -156,20 +157,40 @@ def run_sweep(
         for seed in settings.seeds
         for arm in settings.arms
     ]
+    return run_simulations(
+        "fleet simulations",
+        partial(run_one, settings),
+        tasks,
+        describe=lambda arm, programs, seed: f"{arm}, {programs} programs, seed {seed}",
+        jobs=jobs,
+        show_progress=show_progress,
+    )
+
+
+def run_simulations(
+    title: str,
+    simulate: Callable[..., dict[str, Any]],
+    tasks: Sequence[tuple[Any, ...]],
+    *,
+    describe: Callable[..., str],
+    jobs: int = 1,
+    show_progress: bool = True,
+) -> list[dict[str, Any]]:
+    """`simulate(*task)` for every task, in order, in `jobs` processes (a picklable
+    `simulate`), with a progress bar (`describe(*task)` names the running one when serial)."""
     rows: list[dict[str, Any]] = []
     with progress(disable=not show_progress) as bar:
-        task = bar.add_task("fleet simulations", total=len(tasks))
+        bar_task = bar.add_task(title, total=len(tasks))
         if jobs <= 1:
-            for arm, programs, seed in tasks:
-                bar.update(task, description=f"{arm}, {programs} programs, seed {seed}")
-                rows.append(run_one(settings, arm, programs, seed))
-                bar.advance(task)
+            for task in tasks:
+                bar.update(bar_task, description=describe(*task))
+                rows.append(simulate(*task))
+                bar.advance(bar_task)
         else:
             with ProcessPoolExecutor(max_workers=jobs) as pool:
-                futures = [pool.submit(run_one, settings, *t) for t in tasks]
-                for future in futures:
+                for future in [pool.submit(simulate, *task) for task in tasks]:
                     rows.append(future.result())
-                    bar.advance(task)
+                    bar.advance(bar_task)
     return rows
 
 
@@ -325,21 +346,14 @@ def run_sensitivity(
         for programs in sensitivity.programs
         for seed in sweep.seeds
     ]
-    rows: list[dict[str, Any]] = []
-    with progress(disable=not show_progress) as bar:
-        task = bar.add_task("thunder sensitivity", total=len(tasks))
-        if jobs <= 1:
-            for knobs, programs, seed in tasks:
-                bar.update(task, description=f"sensitivity {_knobs_label(knobs)}")
-                rows.append(_run_knobs(sweep, knobs, programs, seed))
-                bar.advance(task)
-        else:
-            with ProcessPoolExecutor(max_workers=jobs) as pool:
-                futures = [pool.submit(_run_knobs, sweep, *t) for t in tasks]
-                for future in futures:
-                    rows.append(future.result())
-                    bar.advance(task)
-    return rows
+    return run_simulations(
+        "thunder sensitivity",
+        partial(_run_knobs, sweep),
+        tasks,
+        describe=lambda knobs, programs, seed: f"sensitivity {_knobs_label(knobs)}",
+        jobs=jobs,
+        show_progress=show_progress,
+    )
 
 
 def frontier(rows: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:

@@ -41,8 +41,8 @@ WAITS_LEGEND = (
     "seconds the foreground replies spent decoding (first token to end); seconds with no "
     "request to the engine in flight (what the synchronous run leaves is the most background "
     "work that can run without lengthening it); CPU seconds the client process used; what "
-    "llama-server counted: prompt and generated tokens, llama_decode calls, and the run's "
-    "busy seconds (wall less idle) per token, in ms."
+    "llama-server counted (tokens: prompt and generated; calls: llama_decode calls; ms/tok: "
+    "the run's busy time, wall less idle, per token)."
 )
 
 
@@ -124,7 +124,7 @@ def _sync_to_lookahead(sync_s: float | None, look_s: float | None, *, decimals: 
     return f"{sync_s:.{decimals}f}->{look_s:.{decimals}f}"
 
 
-ENGINE_COLUMNS = ("engine tokens", "decode calls", "busy ms per token")
+ENGINE_COLUMNS = ("tokens", "calls", "ms/tok")
 
 
 def engine_cells(sync: Mapping[str, Any], look: Mapping[str, Any]) -> tuple[str, str, str]:
@@ -141,7 +141,7 @@ def engine_cells(sync: Mapping[str, Any], look: Mapping[str, Any]) -> tuple[str,
         for run, count in zip((sync, look), tokens, strict=True)
     ]
     return (
-        f"{tokens[0]:.0f}->{tokens[1]:.0f}",
+        f"{tokens[0] / 1000:.1f}K->{tokens[1] / 1000:.1f}K",
         f"{calls[0]:.0f}->{calls[1]:.0f}",
         f"{busy_ms[0]:.2f}->{busy_ms[1]:.2f}",
     )

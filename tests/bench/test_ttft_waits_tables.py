@@ -78,7 +78,7 @@ def test_the_whole_run_table_shows_what_the_engine_counted_and_its_busy_time_per
     }  # fmt: skip
     text = rendered({"keep_recent": {"sync": sync, "lookahead": look}})
     # 263.1 s busy over 46,106 tokens -> 5.71 ms; 291.8 s over 47,395 -> 6.16 ms
-    assert text.split()[-3:] == ["46106->47395", "1275->1170", "5.71->6.16"]
+    assert text.split()[-3:] == ["46.1K->47.4K", "1275->1170", "5.71->6.16"]
 
 
 def test_a_run_without_engine_counters_on_one_side_shows_dashes() -> None:

@@ -234,3 +234,16 @@ def test_the_frontier_plot_sits_beside_the_sweep_plot_for_str_and_path() -> None
     assert bench.frontier_plot_path("out/router_sim.png") == expected
     assert bench.frontier_plot_path(Path("out/router_sim.png")) == expected  # the CLI's type
     assert bench.frontier_plot_path("out/plot") == Path("out/plot_frontier.png")
+
+
+def test_parallel_simulations_give_the_serial_rows_in_the_same_order() -> None:
+    settings = bench.SweepSettings(
+        programs=(4, 8), seeds=(0,), arms=("thunder", "session"), duration_s=30.0,
+        warmup_s=5.0, reference_programs=8,
+    )  # fmt: skip
+    serial = bench.run_sweep(settings, jobs=1, show_progress=False)
+    assert bench.run_sweep(settings, jobs=2, show_progress=False) == serial
+    sensitivity = bench.SensitivitySettings(aging_s=(40.0,), swap_budgets=(0.1,), programs=(8,))
+    assert bench.run_sensitivity(
+        settings, sensitivity, jobs=2, show_progress=False
+    ) == bench.run_sensitivity(settings, sensitivity, jobs=1, show_progress=False)
