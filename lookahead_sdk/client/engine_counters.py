@@ -45,7 +45,8 @@ def parse_llamacpp_metrics(text: str) -> EngineCounters | None:
         prompt_tokens=values["prompt_tokens_total"],
         generated_tokens=values["tokens_predicted_total"],
         decode_calls=calls,
-        # llama-server exports the mean over its lifetime: busy slot-calls / calls.
+        # llama-server exports the mean over its lifetime (busy slot-calls / calls), rounded:
+        # over a run of a few calls on a long-lived server the difference is approximate.
         busy_slot_calls=values.get("n_busy_slots_per_decode", 0.0) * calls,
     )
 

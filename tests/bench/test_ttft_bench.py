@@ -97,7 +97,9 @@ def test_bench_ttft_document_on_the_embedded_engine(embedded_engine, tmp_path: P
             counted = result["engine_counters"]
             turns_run = len(result["transform_ttft_s"]) + len(result["normal_ttft_s"])
             assert counted["generated_tokens"] >= turns_run and counted["prompt_tokens"] > 0
-            assert counted["decode_calls"] >= turns_run and counted["busy_slots_per_call"] >= 1
+            # (at least one busy slot per call; llama-server's rounded lifetime mean, differenced
+            # on the shared test engine, can read a little under 1)
+            assert counted["decode_calls"] >= turns_run and counted["busy_slots_per_call"] > 0.95
         sync, look = runs["sync"], runs["lookahead"]
         assert sync["lookahead_hits"] == 0 and sync["extra_prompt_tokens"] == 0
         assert look["lookahead_hits"] + look["fallbacks"] == look["transform_turns"]

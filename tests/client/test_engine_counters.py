@@ -83,4 +83,8 @@ async def test_a_request_to_the_embedded_engine_shows_in_its_counters(
     assert after is not None
     share = after.since(before)
     assert share["prompt_tokens"] == computed and share["generated_tokens"] == 4
-    assert share["decode_calls"] >= 4 and share["busy_slots_per_call"] >= 1.0
+    assert share["decode_calls"] >= 4
+    # One request, so one busy slot in each of its calls. llama-server exports its lifetime
+    # mean of busy slots per call rounded, so on an engine that has served many calls a short
+    # run's figure is close, not exact (0.996 seen on the shared test engine).
+    assert share["busy_slots_per_call"] == pytest.approx(1.0, abs=0.05)
