@@ -299,8 +299,9 @@ def _frontier_label(point: dict[str, Any], defaults: dict[str, Any]) -> str:
         label += f", half-life {point['decay_half_life_s']:g} s"
     if point["pause_order"] != defaults["pause_order"]:
         label += f", {point['pause_order']} pauses"
-    knobs = ("aging_s", "swap_budget", "decay_half_life_s", "pause_order")
-    if all(point[k] == defaults[k] for k in knobs):
+    from lookahead_sdk.bench.router import KNOBS
+
+    if all(point[k] == defaults[k] for k in KNOBS):
         label = f"**{label} (default)**"
     return label
 
