@@ -122,6 +122,9 @@ class RunResult:
     # What llama-server counted over the run (`client.engine_counters`): prompt and generated
     # tokens, `llama_decode` calls, busy slots per call; empty where the server exports none.
     engine_counters: dict[str, float] = field(default_factory=dict)
+    # What llama-server's RAM prompt cache did over the run (`engine.prompt_cache_log`), where
+    # the bench read it from the embedded engine's log; else empty.
+    prompt_cache: dict[str, float] = field(default_factory=dict)
     # Runs pooled into this record (`pooled`): how many, and each one's wall time.
     repeats: int = 1
     wall_s_each: list[float] = field(default_factory=list)
@@ -149,11 +152,8 @@ class RunResult:
         merged.engine_idle_s = sum(run.engine_idle_s for run in runs) / count
         merged.background_yields = sum(run.background_yields for run in runs) / count
         merged.client_cpu_s = sum(run.client_cpu_s for run in runs) / count
-        counted = [run.engine_counters for run in runs if run.engine_counters]
-        if len(counted) == count:
-            merged.engine_counters = {
-                name: round(sum(c[name] for c in counted) / count, 3) for name in counted[0]
-            }
+        merged.engine_counters = _mean_if_all([run.engine_counters for run in runs])
+        merged.prompt_cache = _mean_if_all([run.prompt_cache for run in runs])
         return merged
 
     def add(self, run: AgentRun) -> None:
@@ -197,6 +197,13 @@ class RunResult:
 
     def to_json(self) -> dict:
         return asdict(self)
+
+
+def _mean_if_all(counted: Sequence[dict[str, float]]) -> dict[str, float]:
+    """Each count's mean over the runs, when every run has the counts; else empty."""
+    if not counted or not all(counted):
+        return {}
+    return {name: round(sum(c[name] for c in counted) / len(counted), 3) for name in counted[0]}
 
 
 def process_cpu_s() -> float:

@@ -55,6 +55,7 @@ from lookahead_sdk.bench.ttft_targets import FEW_TURNS, TurnLists, targets_table
 from lookahead_sdk.bench.ttft_waits import WAITS_LEGEND, has_waits, waits_tables
 from lookahead_sdk.client.slack import DEFAULT_GATE_ADMISSION, GATE_ADMISSIONS, GateAdmission
 from lookahead_sdk.engine.config import MODEL_CONTEXT
+from lookahead_sdk.engine.prompt_cache_log import TRACE_VERBOSITY_ARGS, prompt_cache_activity
 from lookahead_sdk.errors import ConfigurationError
 from lookahead_sdk.scheduling.profiles import latency_profile
 
@@ -101,6 +102,9 @@ class TtftBenchConfig:
     # Runs per strategy and mode, the modes in ABBA order (sync, lookahead, lookahead, sync, ...)
     # so that a machine slowing down or speeding up over the run weighs on both alike.
     repeats: int = 1
+    # Embedded engine only: llama-server at trace verbosity, and each run's `prompt_cache`
+    # (engine.prompt_cache_log) read from its log.
+    log_prompt_cache: bool = False
 
     def __post_init__(self) -> None:
         unknown = set(self.strategies) - set(STRATEGIES)
@@ -122,6 +126,11 @@ class TtftBenchConfig:
             raise ValueError(f"isolate_steps must be >= 1, got {self.isolate_steps}")
         if self.sim_profile is not None and self.base_url is not None:
             raise ValueError("base_url and sim_profile exclude each other: pick one server")
+        if self.log_prompt_cache and (self.base_url is not None or self.sim_profile is not None):
+            raise ValueError(
+                "log_prompt_cache reads the embedded engine's log: drop it (--log-prompt-cache) "
+                "or run on the embedded engine"
+            )
 
     def run_order(self) -> list[tuple[int, str]]:
         """(repeat, mode) in the order they run: ABBA, so each mode's mean run sits at the same
@@ -144,12 +153,30 @@ class EmbeddedEngine:
     warmer = "llamacpp"
     default_window_tokens = None  # llama.cpp says (/props)
 
-    def __init__(self, agents: int, port: int, threads: int | None = None) -> None:
+    def __init__(
+        self, agents: int, port: int, threads: int | None = None, *, log_prompt_cache: bool = False
+    ) -> None:
         from lookahead_sdk.engine.config import EngineConfig
 
         # Per agent: its main context, its lookahead branch, and a sub-agent / summary slot.
-        self.config = EngineConfig(port=port, slots=max(4, 3 * agents), threads=threads).resolved()
+        self.config = EngineConfig(
+            port=port,
+            slots=max(4, 3 * agents),
+            threads=threads,
+            extra_args=TRACE_VERBOSITY_ARGS if log_prompt_cache else (),
+        ).resolved()
         self.handle: Any = None
+
+    def log_size(self) -> int:
+        """Bytes in the engine's log now: where a run's lines start."""
+        return Path(self.handle.log_path).stat().st_size
+
+    def prompt_cache_since(self, offset: int) -> dict[str, float]:
+        """What llama-server's RAM prompt cache did since `offset` in its log (`log_size`)."""
+        with open(self.handle.log_path, "rb") as log:
+            log.seek(offset)
+            text = log.read().decode(errors="replace")
+        return prompt_cache_activity(text).to_json()
 
     def restart(self) -> str:
         """A fresh engine. One left on the port (an earlier bench's, or a killed one's) would
@@ -280,7 +307,12 @@ async def run_ttft_bench(
     if config.sim_profile is not None:
         engine = SimulatedEngine(config.sim_profile, config.sim_kv_tokens, config.max_tokens)
     elif config.base_url is None:
-        engine = EmbeddedEngine(config.agents, config.port, config.engine_threads)
+        engine = EmbeddedEngine(
+            config.agents,
+            config.port,
+            config.engine_threads,
+            log_prompt_cache=config.log_prompt_cache,
+        )
     base_url = engine.restart() if engine else str(config.base_url).rstrip("/").removesuffix("/v1")
     try:
         facts = server_facts(base_url)
@@ -314,6 +346,7 @@ async def run_ttft_bench(
             "small_batches": config.small_batches,
             "warm_up_batch_tokens": config.warm_up_batch_tokens,
             "repeats": config.repeats,
+            "log_prompt_cache": config.log_prompt_cache,
             "machine": f"{platform.machine()}, {__import__('os').cpu_count()} CPUs",
             "strategies": {},
         }
@@ -331,30 +364,33 @@ async def run_ttft_bench(
                 elif engine is None:
                     erase_llamacpp_slots(base_url)
                 fresh = False
-                done[mode].append(
-                    await run_agents(
-                        base_url,
-                        strategy=strategy,
-                        mode=mode,
-                        agents=config.agents,
-                        steps=config.steps_for(strategy),
-                        window_tokens=window,
-                        warmer=warmer,
-                        seed=config.seed,
-                        model=facts["model"],
-                        max_tokens=config.max_tokens,
-                        on_turn=on_turn,
-                        tool_latency_s=config.tool_latency_s,
-                        tool_output_tokens=config.tool_output_tokens,
-                        large_output_every=config.large_output_every,
-                        slack_admit=config.gate,
-                        small_batches=config.small_batches,
-                        warm_up_batch_tokens=config.warm_up_batch_tokens,
-                        on_trace=(
-                            None if on_trace is None else partial(on_trace, strategy, mode, repeat)
-                        ),
-                    )
+                log_prompt_cache = config.log_prompt_cache and isinstance(engine, EmbeddedEngine)
+                log_offset = engine.log_size() if log_prompt_cache else 0
+                result = await run_agents(
+                    base_url,
+                    strategy=strategy,
+                    mode=mode,
+                    agents=config.agents,
+                    steps=config.steps_for(strategy),
+                    window_tokens=window,
+                    warmer=warmer,
+                    seed=config.seed,
+                    model=facts["model"],
+                    max_tokens=config.max_tokens,
+                    on_turn=on_turn,
+                    tool_latency_s=config.tool_latency_s,
+                    tool_output_tokens=config.tool_output_tokens,
+                    large_output_every=config.large_output_every,
+                    slack_admit=config.gate,
+                    small_batches=config.small_batches,
+                    warm_up_batch_tokens=config.warm_up_batch_tokens,
+                    on_trace=(
+                        None if on_trace is None else partial(on_trace, strategy, mode, repeat)
+                    ),
                 )
+                if log_prompt_cache:
+                    result.prompt_cache = engine.prompt_cache_since(log_offset)
+                done[mode].append(result)
             document["strategies"][strategy] = {
                 mode: RunResult.pooled(results).to_json() for mode, results in done.items()
             }
@@ -603,6 +639,7 @@ def main(args: argparse.Namespace) -> int:
         small_batches=args.small_batches,
         warm_up_batch_tokens=args.warm_up_batch_tokens or None,
         repeats=args.repeats,
+        log_prompt_cache=args.log_prompt_cache,
     )
     traces: list[dict[str, Any]] | None = [] if args.trace else None
     document = asyncio.run(run_with_progress(config, traces))
@@ -679,6 +716,12 @@ def register(bench_subparsers: argparse._SubParsersAction) -> None:
         help="also write every run's turns (each TTFT split by cause) and requests, on one "
         "clock, to this JSON file, and their timelines beside it (PATH with .png): to see where "
         "one slow turn's time went",
+    )
+    parser.add_argument(
+        "--log-prompt-cache",
+        action="store_true",
+        help="embedded engine: run llama-server at trace verbosity and record per run what its "
+        "RAM prompt cache did (saves, loads, the main-loop time they took), read from its log",
     )
     parser.set_defaults(func=main)
 
