@@ -84,3 +84,12 @@ def test_pooled_engine_counters_are_means_per_run_and_only_when_every_run_has_th
     }
     second.engine_counters = {}  # a server that exports none: no mean of half the runs
     assert RunResult.pooled([first, second]).engine_counters == {}
+
+
+def test_pooled_prompt_cache_activity_is_a_mean_per_run_only_when_every_run_has_it() -> None:
+    first, second = run(60.0, [1.0], 1, 4, 1), run(64.0, [0.9], 1, 6, 2)
+    first.prompt_cache = {"saves": 4.0, "update_s": 3.0}
+    second.prompt_cache = {"saves": 10.0, "update_s": 8.0}
+    assert RunResult.pooled([first, second]).prompt_cache == {"saves": 7.0, "update_s": 5.5}
+    second.prompt_cache = {}  # its log was not read: no mean of half the runs
+    assert RunResult.pooled([first, second]).prompt_cache == {}

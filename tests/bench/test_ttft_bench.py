@@ -194,6 +194,15 @@ def test_bench_ttft_runs_the_same_workload_on_the_simulator() -> None:
         TtftBenchConfig(base_url="http://127.0.0.1:1", sim_profile="h200-qwen3-8b")
 
 
+@pytest.mark.parametrize(
+    "server", [{"base_url": "http://127.0.0.1:1"}, {"sim_profile": "h200-qwen3-8b"}]
+)
+def test_the_prompt_cache_log_is_only_for_the_embedded_engine(server: dict[str, str]) -> None:
+    with pytest.raises(ValueError, match="--log-prompt-cache"):
+        TtftBenchConfig(log_prompt_cache=True, **server)
+    assert TtftBenchConfig(**server).log_prompt_cache is False
+
+
 def test_no_agent_turn_waits_behind_another_agents_workload_setup(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:

@@ -89,3 +89,24 @@ def test_a_run_without_engine_counters_on_one_side_shows_dashes() -> None:
     }  # fmt: skip
     text = rendered({"isolate": {"sync": sync, "lookahead": look}})
     assert text.split()[-3:] == ["-", "-", "-"]
+
+
+def test_the_prompt_cache_table_shows_saves_their_main_loop_time_and_loads_per_run() -> None:
+    sync, look = mode_run(20.0, None), mode_run(43.0, 2.0)
+    activity = {
+        "saves": 4, "saved_tokens": 12284, "saved_mib": 270.1, "loads": 0, "loaded_tokens": 0,
+        "update_s": 3.26, "longest_update_s": 1.037,
+    }  # fmt: skip
+    sync["prompt_cache"] = activity
+    look["prompt_cache"] = {**activity, "saves": 10, "saved_tokens": 27090, "loads": 1,
+                            "loaded_tokens": 1732, "update_s": 7.64, "longest_update_s": 1.11}  # fmt: skip
+    text = rendered({"keep_recent": {"sync": sync, "lookahead": look}})
+    assert "RAM prompt cache" in text
+    assert text.split()[-7:] == [
+        "keep_recent", "4->10", "12284->27090", "3.3->7.6", "1.04->1.11", "0->1", "0->1732"
+    ]  # fmt: skip
+
+
+def test_runs_without_prompt_cache_activity_get_no_prompt_cache_table() -> None:
+    text = rendered({"isolate": {"sync": mode_run(20.0, None), "lookahead": mode_run(43.0, 2.0)}})
+    assert "RAM prompt cache" not in text
