@@ -313,6 +313,8 @@ async def run_ttft_bench(
             config.engine_threads,
             log_prompt_cache=config.log_prompt_cache,
         )
+    # The engine whose log each run's prompt-cache activity is read from; None: not read.
+    cache_log = engine if isinstance(engine, EmbeddedEngine) and config.log_prompt_cache else None
     base_url = engine.restart() if engine else str(config.base_url).rstrip("/").removesuffix("/v1")
     try:
         facts = server_facts(base_url)
@@ -364,8 +366,7 @@ async def run_ttft_bench(
                 elif engine is None:
                     erase_llamacpp_slots(base_url)
                 fresh = False
-                log_prompt_cache = config.log_prompt_cache and isinstance(engine, EmbeddedEngine)
-                log_offset = engine.log_size() if log_prompt_cache else 0
+                log_offset = cache_log.log_size() if cache_log is not None else 0
                 result = await run_agents(
                     base_url,
                     strategy=strategy,
@@ -388,8 +389,8 @@ async def run_ttft_bench(
                         None if on_trace is None else partial(on_trace, strategy, mode, repeat)
                     ),
                 )
-                if log_prompt_cache:
-                    result.prompt_cache = engine.prompt_cache_since(log_offset)
+                if cache_log is not None:
+                    result.prompt_cache = cache_log.prompt_cache_since(log_offset)
                 done[mode].append(result)
             document["strategies"][strategy] = {
                 mode: RunResult.pooled(results).to_json() for mode, results in done.items()
