@@ -23,6 +23,7 @@ from lookahead_sdk.bench.ttft import (
     transform_vs_same_size_normal,
 )
 from lookahead_sdk.cli import main as cli_main
+from lookahead_sdk.engine.prompt_cache_log import PromptCacheActivity
 from tests.support.engine import embedded_engine  # noqa: F401  (session fixture)
 
 RUN_FIELDS = {
@@ -125,6 +126,33 @@ def test_bench_ttft_document_on_the_embedded_engine(embedded_engine, tmp_path: P
     json.dumps(document, allow_nan=False)  # the JSON file is strict JSON
     assert plot(document, tmp_path / "ttft.png").stat().st_size > 10_000
     print_table(document)
+
+
+@pytest.mark.engine
+def test_bench_ttft_reads_each_runs_prompt_cache_from_its_own_engine_log(free_port: int) -> None:
+    """With --log-prompt-cache the bench starts its own engine at trace verbosity, restarts it
+    for each run, and records what the RAM prompt cache did in that run alone."""
+    config = TtftBenchConfig(
+        port=free_port,
+        strategies=("keep_recent",),
+        steps=6,
+        window_tokens=1024,  # the commit comes within a few steps
+        tool_output_tokens=(100, 120),
+        large_output_every=0,
+        tool_latency_s=0.2,
+        max_tokens=4,
+        log_prompt_cache=True,
+    )
+    document = asyncio.run(run_ttft_bench(config))
+    assert document["log_prompt_cache"] is True
+    fields = set(PromptCacheActivity().to_json())
+    for mode, result in document["strategies"]["keep_recent"].items():
+        activity = result["prompt_cache"]
+        assert set(activity) == fields, mode
+        assert result["transform_turns"] >= 1, mode
+        # Each committed transform replaces the context its slot held: llama-server saves it.
+        assert activity["saves"] >= 1 and activity["saved_tokens"] > 0, (mode, activity)
+        assert 0 < activity["longest_update_s"] <= activity["update_s"], (mode, activity)
 
 
 def short_sim_config(**fields: Any) -> TtftBenchConfig:
