@@ -55,6 +55,9 @@ DYNAMO_SESSION_HEADER = "x-dynamo-session-id"
 RELEASE_PATH = "/programs/release"
 # The embedded engine's request field capping a best-effort prompt's batches (engine.patches).
 BEST_EFFORT_BATCH_FIELD = "best_effort_batch_tokens"
+# The embedded engine's request field saying the prompt its `id_slot` holds is dead (a context
+# its program replaced): the engine does not save it into its RAM prompt cache (engine.patches).
+DISCARD_SLOT_PROMPT_FIELD = "discard_slot_prompt"
 
 WireFormat = Literal["openai", "sglang", "vllm", "llamacpp", "none"]
 WIRE_FORMATS: tuple[str, ...] = get_args(WireFormat)

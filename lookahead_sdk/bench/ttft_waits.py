@@ -119,23 +119,35 @@ def waits_tables(runs: Runs, *, name: str = "strategy") -> list[Table]:
 
 
 def prompt_cache_table(runs: Runs, *, name: str = "strategy") -> Table | None:
-    """llama-server's RAM prompt cache per run, sync -> lookahead: prompts saved, the main-loop
-    seconds its updates took (every slot waits for them), prompts loaded back and their tokens
-    (prefill saved). None unless the bench read it (`bench ttft --log-prompt-cache`)."""
+    """llama-server's RAM prompt cache per run, sync -> lookahead: prompts saved, saves skipped
+    because the request marked the slot's prompt dead, the main-loop seconds the cache's
+    updates took (every slot waits for them), prompts loaded back and their tokens (prefill
+    saved). None unless the bench read it (`bench ttft --log-prompt-cache`)."""
     if not any(run.get("prompt_cache") for by_mode in runs.values() for run in by_mode.values()):
         return None
     table = compact_table(
         "llama-server's RAM prompt cache, per run, sync -> lookahead",
-        (name, "saves", "saved tokens", "main-loop s", "longest s", "loads", "loaded tokens"),
+        (
+            name,
+            "saves",
+            "discards",
+            "saved tokens",
+            "main-loop s",
+            "longest s",
+            "loads",
+            "loaded tokens",
+        ),
     )
     for run_name, by_mode in runs.items():
         sync, look = (by_mode[mode].get("prompt_cache") or {} for mode in ("sync", "lookahead"))
         if not sync or not look:
-            table.add_row(run_name, *("-" for _ in range(6)))
+            table.add_row(run_name, *("-" for _ in range(7)))
             continue
         table.add_row(
             run_name,
             _sync_to_lookahead(sync["saves"], look["saves"]),
+            # Runs before the engine could skip saves did not count discards.
+            _sync_to_lookahead(sync.get("discards"), look.get("discards")),
             _sync_to_lookahead(sync["saved_tokens"], look["saved_tokens"]),
             _sync_to_lookahead(sync["update_s"], look["update_s"], decimals=1),
             _sync_to_lookahead(sync["longest_update_s"], look["longest_update_s"], decimals=2),

@@ -29,6 +29,14 @@ warm-up's first chunk of a few hundred tokens seldom does. The pairs therefore a
 last contexts noted anywhere (`recalled_prefix`), so a warm-up can make its first chunk end where
 such a context and its prompt part: that request finds the prefix cached again.
 
+A slot can hold a dead context: after a commit, the one its program's transform replaced (the
+old live slot when the commit swapped the pair, else the branch's copy of what the live slot now
+holds); after a synchronous transform, both slots' (`retire`). The next request placed there
+says so (`SlotPlacement.discard_held_prompt`): the embedded engine then does not save that
+context into its RAM prompt cache, a copy of the slot's KV state that stalls every slot and
+that no request would load back (`engine.patches`). A slot copy (restore) into a retired slot
+leaves the mark: it puts there what another slot holds, no save is lost.
+
 A program that ends (`release`) may come back under the same id: an agent framework's next run
 that loads the saved state of the last one (its ready lookahead was warmed in the branch). Its
 pair is parked with what its warmer knew of the branch (`keep=`); `resume` gives the same slots
@@ -55,6 +63,13 @@ class SlotPair:
     current: int
     branch: int
     branch_mirrors_live: bool = False  # the branch holds a copy of the live context
+
+
+@dataclass(frozen=True)
+class SlotPlacement:
+    slot: int
+    # The slot holds a dead context (`SlotPairs.retire`): the server need not keep it.
+    discard_held_prompt: bool = False
 
 
 @dataclass(frozen=True)
@@ -87,6 +102,7 @@ class SlotPairs:
         self._cached: dict[int, _Cached] = {}  # slot -> what a warm-up or copy left there
         # Contexts noted in any slot, newest last, none a prefix of another (`recalled_prefix`).
         self._recent: OrderedDict[tuple[int, ...], None] = OrderedDict()
+        self._dead: set[int] = set()  # slots holding a context no request will come back to
 
     def __len__(self) -> int:
         """Programs holding a pair."""
@@ -129,6 +145,13 @@ class SlotPairs:
             return None if pair is None else SlotPair(**vars(pair))
 
     def slot_for(self, tags: RequestTags) -> int | None:
+        """The slot a request of `tags` goes to (None: the server's choice); see `place`."""
+        placement = self.place(tags)
+        return None if placement is None else placement.slot
+
+    def place(self, tags: RequestTags) -> SlotPlacement | None:
+        """Place a request of `tags`: its slot, and whether what the slot held is dead. None:
+        its program has no pair, the server places it."""
         with self._lock:
             pair = self._pairs.get(tags.program_id) if tags.program_id is not None else None
             if pair is None:
@@ -142,7 +165,20 @@ class SlotPairs:
             else:
                 slot = pair.branch
             self._last_placed[slot] = tags.program_id
-            return slot
+            dead = slot in self._dead
+            self._dead.discard(slot)  # from now on it holds this request's prompt
+            return SlotPlacement(slot, discard_held_prompt=dead)
+
+    def retire(self, program_id: str, *, current: bool = False, branch: bool = False) -> None:
+        """What the named slots of `program_id` hold is dead (a context its transform replaced):
+        the next request placed in each says so (`place`)."""
+        with self._lock:
+            pair = self._pairs.get(program_id)
+            if pair is None:
+                return
+            self._dead.update(
+                slot for slot, named in ((pair.current, current), (pair.branch, branch)) if named
+            )
 
     def note_cached(self, program_id: str, slot: int, ids: Sequence[int]) -> None:
         """`slot`'s cache now starts with `ids`, left there by `program_id`'s request."""

@@ -26,6 +26,7 @@ import httpx
 
 from lookahead_sdk.base.protocol import (
     BEST_EFFORT_BATCH_FIELD,
+    DISCARD_SLOT_PROMPT_FIELD,
     RequestTags,
     WireFormat,
     check_wire,
@@ -203,15 +204,18 @@ class ServerSession:
     # -- what the clients share ---------------------------------------------------------------
     def placement_fields(self, tags: RequestTags, path: str) -> dict[str, Any]:
         """Body fields that place a request of `tags` to `path` on the server. llama.cpp: its
-        slot, and for best-effort work, when `best_effort_batch` is set, the batch size that
-        bounds a foreground prompt's wait for it (the embedded engine honours it, stock
-        llama.cpp ignores it). No fields for a request that computes in no slot (rendering,
+        slot, whether the context the slot holds is dead (`SlotPairs.retire`), and for
+        best-effort work, when `best_effort_batch` is set, the batch size that bounds a
+        foreground prompt's wait for it (the embedded engine honours the last two, stock
+        llama.cpp ignores them). No fields for a request that computes in no slot (rendering,
         tokenizing, slot save and restore): it takes no slot's place."""
         if not path.rstrip("/").endswith(SLOT_COMPUTING_PATHS):
             return {}
         fields: dict[str, Any] = {}
-        if self.slots is not None and (slot := self.slots.slot_for(tags)) is not None:
-            fields["id_slot"] = slot
+        if self.slots is not None and (placement := self.slots.place(tags)) is not None:
+            fields["id_slot"] = placement.slot
+            if placement.discard_held_prompt:
+                fields[DISCARD_SLOT_PROMPT_FIELD] = True
         sizer = self.best_effort_batch
         if sizer is not None and self.wire == "llamacpp" and tags.priority_class == "be":
             fields[BEST_EFFORT_BATCH_FIELD] = sizer.tokens

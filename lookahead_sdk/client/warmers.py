@@ -225,12 +225,20 @@ class LlamaCppWarmer(_HttpWarmer):
         # Unpaired, the server placed the commit where it chose: what the next warm-up finds
         # there is unknown.
         branch.unpaired_ids = []
-        if (
-            replaced
-            and self.session.slots is not None
-            and (live_prefix_share is None or warmed_share > live_prefix_share)
-        ):
-            self.session.slots.swap(program_id)
+        slots = self.session.slots
+        if not replaced or slots is None:
+            return
+        if live_prefix_share is None or warmed_share > live_prefix_share:
+            slots.swap(program_id)
+        # The branch now holds the replaced context (swapped), or a copy of the committed one
+        # that the live slot holds too.
+        slots.retire(program_id, branch=True)
+
+    def committed_synchronously(self, program_id: str, *, replaced: bool) -> None:
+        """The live slot holds the context the transform replaced, the branch a warm-up that
+        will not be committed: both dead."""
+        if replaced and self.session.slots is not None:
+            self.session.slots.retire(program_id, current=True, branch=True)
 
     def finish_warm_up(self, program_id: str) -> bool:
         """A commit of `program_id` is waiting: its warm-up in flight sends no further chunk and

@@ -590,6 +590,10 @@ class LookaheadRuntime:
         elif outcome.kind is CommitKind.FALLBACK:
             self.stats.fallbacks += 1
             self._waste(lookahead.group_id)
+        if outcome.kind in (CommitKind.FALLBACK, CommitKind.SYNC):
+            self._hooks.committed_synchronously(
+                self.program_id, replaced=self._target.rewrites_history
+            )
         if spawned_at is not None:
             self._spawned_at = spawned_at
         # Work still in flight belongs to the lookahead just committed or dropped: obsolete now.

@@ -62,7 +62,8 @@ class Warmer:
     after which the model is called; around each lookahead `live_prefix`
     then `warm` (several times as the suffix grows), `fork_live` while the model's tools run,
     `promote` / `finish_warm_up` when a commit starts waiting for it, `lookahead_ended` when its
-    work is over, `committed` after a hit; `hand_over` when a sub-agent starts from a spawned
+    work is over, `committed` after a hit, `committed_synchronously` after a synchronous
+    transform; `hand_over` when a sub-agent starts from a spawned
     context; `detach` when the runtime (or sub-agent) ends. `aclose` closes the warmer's clients.
     """
 
@@ -120,6 +121,10 @@ class Warmer:
     ) -> None:
         """A lookahead of `program_id` was committed. `replaced`: the committed context replaces
         the live one; `live_prefix_share`: the share of it the live context already held."""
+
+    def committed_synchronously(self, program_id: str, *, replaced: bool) -> None:
+        """A commit of `program_id` ran its transform on the critical path (no lookahead, or a
+        missing, failed or stale one). `replaced`: its result replaces the live context."""
 
     async def hand_over(
         self,
@@ -192,6 +197,9 @@ class DelegatingWarmer(Warmer):
         self, program_id: str, *, replaced: bool, live_prefix_share: float | None = None
     ) -> None:
         self.inner.committed(program_id, replaced=replaced, live_prefix_share=live_prefix_share)
+
+    def committed_synchronously(self, program_id: str, *, replaced: bool) -> None:
+        self.inner.committed_synchronously(program_id, replaced=replaced)
 
     async def hand_over(
         self,

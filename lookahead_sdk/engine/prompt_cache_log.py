@@ -5,7 +5,8 @@ that prompt (a copy of the slot's whole KV state) into the cache and loads the c
 best covers the new one, all in its main loop: every slot waits meanwhile. Only its trace
 verbosity (`-lv 4`, `TRACE_VERBOSITY_ARGS`) logs the saves, the loads and the time each update
 took; `/metrics` counts none of it. A load is what the cache is for: the loaded prompt's tokens
-need no prefill. A save that no load ever uses only stalls the engine.
+need no prefill. A save that no load ever uses only stalls the engine; the embedded engine skips
+the save of a prompt the request marks dead (`discards`, see `engine.patches`).
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from dataclasses import asdict, dataclass
 TRACE_VERBOSITY_ARGS = ("-lv", "4")
 
 _SAVE = re.compile(r"saving prompt with length +(\d+), total state size = ([0-9.]+) MiB")
+_DISCARD = re.compile(r"discarding prompt with length +(\d+)")
 _CANDIDATE = re.compile(
     r"- prompt with length +(\d+), lcp = +(\d+), f_keep = ([0-9.]+), f_sim = ([0-9.]+)"
 )
@@ -28,6 +30,8 @@ class PromptCacheActivity:
     saves: int = 0
     saved_tokens: int = 0
     saved_mib: float = 0.0
+    discards: int = 0  # saves skipped: the request marked the slot's prompt dead
+    discarded_tokens: int = 0
     loads: int = 0
     loaded_tokens: int = 0  # of the loaded prompts, the tokens the new prompt starts with
     update_s: float = 0.0  # main-loop time of the cache's updates (save + load), summed
@@ -40,7 +44,7 @@ class PromptCacheActivity:
 def prompt_cache_activity(log_text: str) -> PromptCacheActivity:
     """The saves, loads and update times in a llama-server log written at trace verbosity (an
     empty activity for a log without them, e.g. one at the default verbosity)."""
-    saves = saved_tokens = loads = loaded_tokens = 0
+    saves = saved_tokens = discards = discarded_tokens = loads = loaded_tokens = 0
     saved_mib = 0.0
     updates_ms: list[float] = []
     candidates: dict[tuple[str, str], int] = {}  # (f_keep, f_sim) -> lcp, this lookup's
@@ -49,6 +53,9 @@ def prompt_cache_activity(log_text: str) -> PromptCacheActivity:
             saves += 1
             saved_tokens += int(save.group(1))
             saved_mib += float(save.group(2))
+        elif (discard := _DISCARD.search(line)) is not None:
+            discards += 1
+            discarded_tokens += int(discard.group(1))
         elif "looking for better prompt" in line:
             candidates = {}
         elif (candidate := _CANDIDATE.search(line)) is not None:
@@ -62,6 +69,8 @@ def prompt_cache_activity(log_text: str) -> PromptCacheActivity:
         saves=saves,
         saved_tokens=saved_tokens,
         saved_mib=round(saved_mib, 3),
+        discards=discards,
+        discarded_tokens=discarded_tokens,
         loads=loads,
         loaded_tokens=loaded_tokens,
         update_s=round(sum(updates_ms) / 1000, 4),

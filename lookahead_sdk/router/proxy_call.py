@@ -8,7 +8,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal, Protocol
 
-from lookahead_sdk.base.protocol import RequestTags
+from lookahead_sdk.base.protocol import DISCARD_SLOT_PROMPT_FIELD, RequestTags
 from lookahead_sdk.router.state import LookaheadKind
 
 Route = Literal["chat", "completions", "generate"]
@@ -65,16 +65,21 @@ class Call:
     def upstream_body(self, slot: int | None = None) -> bytes:
         """The body sent to the backend: the client's bytes, unless the proxy must ask for the
         usage chunk of a stream (it reads the program's tokens from it) or place the request
-        in a llama.cpp slot (`slot`; a client's own `id_slot` wins)."""
+        in a llama.cpp slot (`slot`; a client's own `id_slot` wins). A client's
+        `discard_slot_prompt` speaks of the slot it named: with none named, it is dropped, for
+        the slot the proxy chooses may hold a context some program still needs."""
         changes: dict[str, Any] = {}
         options = self.body.get("stream_options")
         if self.openai_stream and not self.keep_usage and isinstance(options, Mapping | None):
             changes["stream_options"] = {**(options or {}), "include_usage": True}
         if slot is not None and "id_slot" not in self.body:
             changes["id_slot"] = slot
-        if not changes:
+        body = self.body
+        if "id_slot" not in body and DISCARD_SLOT_PROMPT_FIELD in body:
+            body = {k: v for k, v in body.items() if k != DISCARD_SLOT_PROMPT_FIELD}
+        elif not changes:
             return self.raw
-        return json.dumps({**self.body, **changes}, separators=(",", ":")).encode()
+        return json.dumps({**body, **changes}, separators=(",", ":")).encode()
 
 
 class Reply(Protocol):

@@ -150,9 +150,14 @@ def test_bench_ttft_reads_each_runs_prompt_cache_from_its_own_engine_log(free_po
         activity = result["prompt_cache"]
         assert set(activity) == fields, mode
         assert result["transform_turns"] >= 1, mode
-        # Each committed transform replaces the context its slot held: llama-server saves it.
-        assert activity["saves"] >= 1 and activity["saved_tokens"] > 0, (mode, activity)
-        assert 0 < activity["longest_update_s"] <= activity["update_s"], (mode, activity)
+        # Each committed transform replaces the context its slot held. Synchronous, the server
+        # places the next request and saves what it replaces; with lookahead, the request in
+        # the slot holding the replaced context says it is dead, and the engine skips the save.
+        if mode == "sync":
+            assert activity["saves"] >= 1 and activity["saved_tokens"] > 0, activity
+            assert 0 < activity["longest_update_s"] <= activity["update_s"], activity
+        else:
+            assert activity["discards"] >= 1 and activity["discarded_tokens"] > 0, activity
 
 
 def short_sim_config(**fields: Any) -> TtftBenchConfig:

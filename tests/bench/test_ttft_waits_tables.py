@@ -102,9 +102,14 @@ def test_the_prompt_cache_table_shows_saves_their_main_loop_time_and_loads_per_r
                             "loaded_tokens": 1732, "update_s": 7.64, "longest_update_s": 1.11}  # fmt: skip
     text = rendered({"keep_recent": {"sync": sync, "lookahead": look}})
     assert "RAM prompt cache" in text
-    assert text.split()[-7:] == [
-        "keep_recent", "4->10", "12284->27090", "3.3->7.6", "1.04->1.11", "0->1", "0->1732"
+    # Recorded before the engine could skip saves: no discards counted.
+    assert text.split()[-8:] == [
+        "keep_recent", "4->10", "-", "12284->27090", "3.3->7.6", "1.04->1.11", "0->1", "0->1732"
     ]  # fmt: skip
+    sync["prompt_cache"] = {**activity, "discards": 0, "discarded_tokens": 0}
+    look["prompt_cache"] = {**look["prompt_cache"], "saves": 1, "discards": 9}
+    text = rendered({"keep_recent": {"sync": sync, "lookahead": look}})
+    assert text.split()[-8:-5] == ["keep_recent", "4->1", "0->9"]
 
 
 def test_runs_without_prompt_cache_activity_get_no_prompt_cache_table() -> None:

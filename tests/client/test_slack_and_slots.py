@@ -11,12 +11,14 @@ from openai import AsyncOpenAI
 
 from lookahead_sdk import RequestTags, ServerSession, use_tags
 from lookahead_sdk.base.messages import Message
+from lookahead_sdk.base.protocol import DISCARD_SLOT_PROMPT_FIELD
 from lookahead_sdk.base.tags import BackgroundWork, doing
 from lookahead_sdk.client.llamacpp_slots import (
     RECENT_CONTEXTS,
     CachedPrefix,
     SlotPair,
     SlotPairs,
+    SlotPlacement,
 )
 from lookahead_sdk.client.session import ServerFacts
 from lookahead_sdk.client.slack import BatchSizer, ChunkSizer, ForegroundRegistry, SlackGate
@@ -419,6 +421,74 @@ def test_a_commit_runs_in_the_slot_holding_more_of_its_context(
     assert (after.current == before.branch) is swapped
     warmer.detach("p")
     assert session.slots.pair("p") is None
+
+
+def test_a_retired_slot_says_so_to_the_next_request_placed_there_only() -> None:
+    pairs = SlotPairs(4)
+    pair = pairs.enroll("a")
+    assert pair is not None
+    live, warm_up = RequestTags("a"), RequestTags("a").lookahead("g")
+    pairs.retire("a", branch=True)
+    assert pairs.place(live) == SlotPlacement(pair.current)  # the live context is not dead
+    assert pairs.place(warm_up) == SlotPlacement(pair.branch, discard_held_prompt=True)
+    assert pairs.place(warm_up) == SlotPlacement(pair.branch)  # it holds that warm-up now
+    pairs.retire("a", current=True, branch=True)
+    # A warm-up notes what its next chunk keeps before sending it: the mark stays.
+    pairs.note_cached("a", pair.branch, [1, 2, 3])
+    assert pairs.place(warm_up) == SlotPlacement(pair.branch, discard_held_prompt=True)
+    assert pairs.place(live) == SlotPlacement(pair.current, discard_held_prompt=True)
+    assert pairs.place(live) == SlotPlacement(pair.current)
+    pairs.retire("b", current=True)  # no pair: nothing to retire, the server places it
+    assert pairs.place(RequestTags("b")) is None
+
+
+@pytest.mark.parametrize(("live_share", "swapped"), [(0.5, True), (0.95, False)])
+def test_after_a_commit_the_next_request_in_the_branch_discards_what_it_held(
+    llamacpp_session: ServerSession, live_share: float, swapped: bool
+) -> None:
+    """Swapped, the branch holds the replaced context; else a copy of what the live slot holds:
+    either way no request comes back to it, and the request placed over it says so (the
+    embedded engine then skips saving it into its RAM prompt cache)."""
+    session = llamacpp_session
+    warmer, before = attached_warmer(session)
+    warm_nine_tenths(warmer)
+    warmer.committed("p", replaced=True, live_prefix_share=live_share)
+    warm_up = RequestTags("p").lookahead("g2")
+    assert session.placement_fields(RequestTags("p"), "/v1/chat/completions") == {
+        "id_slot": before.branch if swapped else before.current
+    }
+    assert session.placement_fields(warm_up, "/completion") == {
+        "id_slot": before.current if swapped else before.branch,
+        DISCARD_SLOT_PROMPT_FIELD: True,
+    }
+    assert DISCARD_SLOT_PROMPT_FIELD not in session.placement_fields(warm_up, "/completion")
+    # A commit that keeps the live context (a spawn) retires nothing.
+    warmer.committed("p", replaced=False)
+    assert DISCARD_SLOT_PROMPT_FIELD not in session.placement_fields(warm_up, "/completion")
+
+
+def test_after_a_synchronous_transform_both_slots_hold_dead_contexts(
+    llamacpp_session: ServerSession,
+) -> None:
+    session = llamacpp_session
+    warmer, pair = attached_warmer(session)
+    warmer.committed_synchronously("p", replaced=False)
+    assert DISCARD_SLOT_PROMPT_FIELD not in session.placement_fields(
+        RequestTags("p"), "/completion"
+    )
+    warmer.committed_synchronously("p", replaced=True)
+    for tags, slot in (
+        (RequestTags("p"), pair.current),
+        (RequestTags("p").lookahead("g"), pair.branch),
+    ):
+        assert session.placement_fields(tags, "/completion") == {
+            "id_slot": slot,
+            DISCARD_SLOT_PROMPT_FIELD: True,
+        }
+    # Rendering and tokenizing take no slot: they neither carry nor clear the mark.
+    warmer.committed_synchronously("p", replaced=True)
+    assert session.placement_fields(RequestTags("p"), "/apply-template") == {}
+    assert session.placement_fields(RequestTags("p"), "/completion")[DISCARD_SLOT_PROMPT_FIELD]
 
 
 async def test_a_warmer_connected_to_a_llamacpp_server_learns_its_slots_without_blocking(

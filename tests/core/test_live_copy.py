@@ -110,14 +110,7 @@ async def drive(
 def test_copies_are_made_at_model_turn_boundaries_only(tmp_path: Path) -> None:
     async def run(mode: str) -> tuple[CopyingWarmer, LookaheadRuntime]:
         warmer = CopyingWarmer()
-        async with LookaheadRuntime(
-            offload(tmp_path),
-            mode=mode,  # type: ignore[arg-type]
-            messages=START,
-            window_tokens=8192,
-            token_counter=COUNTER,
-            warmer=warmer,
-        ) as runtime:
+        async with offload_runtime(tmp_path, warmer, mode=mode) as runtime:
             await drive(runtime, [120] * 30)
         return warmer, runtime
 
@@ -161,10 +154,15 @@ def test_the_warm_up_after_a_copy_keeps_the_copied_context_as_its_prefix(
             assert warmed[: len(copied)] == copied
 
 
-def offload_runtime(tmp_path: Path, warmer: Warmer) -> LookaheadRuntime:
+def offload_runtime(tmp_path: Path, warmer: Warmer, *, mode: str = "lookahead") -> LookaheadRuntime:
     """An Offload runtime over START with `warmer`, for the warmer's hooks to be driven."""
     return LookaheadRuntime(
-        offload(tmp_path), messages=START, window_tokens=8192, token_counter=COUNTER, warmer=warmer
+        offload(tmp_path),
+        mode=mode,  # type: ignore[arg-type]
+        messages=START,
+        window_tokens=8192,
+        token_counter=COUNTER,
+        warmer=warmer,
     )
 
 

@@ -13,11 +13,18 @@ from typing import Any
 
 import pytest
 
-from lookahead_sdk import DelegatingWarmer, LookaheadRuntime, RequestShape, Warmer, WarmupSpend
+from lookahead_sdk import (
+    CommitKind,
+    DelegatingWarmer,
+    LookaheadRuntime,
+    RequestShape,
+    Warmer,
+    WarmupSpend,
+)
 from lookahead_sdk.client.toolcall_transport import ToolCallWarmer
 from lookahead_sdk.core.warmer import WarmupResult
 
-from .test_live_copy import CopyingWarmer, drive, offload_runtime
+from .test_live_copy import LARGE, CopyingWarmer, drive, offload_runtime
 
 HOOKS = sorted(
     name
@@ -144,3 +151,30 @@ def test_a_failed_hand_over_leaves_the_sub_agent_to_prefill_its_context(tmp_path
     asyncio.run(run())
     [arguments] = [seen for hook, seen in warmer.calls if hook == "hand_over"]
     assert arguments["messages"] == spawned and arguments["child_id"].endswith("/sub1")
+
+
+@pytest.mark.parametrize("mode", ["lookahead", "sync"])
+def test_every_commit_tells_the_warmer_how_the_live_context_was_replaced(
+    tmp_path: Path, mode: str
+) -> None:
+    """A hit calls `committed`; a transform on the critical path (sync mode here, a fallback
+    alike) calls `committed_synchronously`: a llama.cpp warmer marks the slots holding the
+    replaced context dead on either (`SlotPairs.retire`)."""
+    warmer = RecordingWarmer()
+
+    async def run() -> list[CommitKind]:
+        commits: list[CommitKind] = []
+        async with offload_runtime(tmp_path, warmer, mode=mode) as runtime:
+            await drive(runtime, ([120] * 3 + [LARGE]) * 6, commits)
+        return commits
+
+    commits = asyncio.run(run())
+    hits = [seen for hook, seen in warmer.calls if hook == "committed"]
+    synchronous = [seen for hook, seen in warmer.calls if hook == "committed_synchronously"]
+    assert commits
+    if mode == "lookahead":
+        assert len(hits) == commits.count(CommitKind.HIT) and not synchronous
+    else:
+        assert not hits and synchronous == [
+            {"program_id": warmer.calls[0][1]["program_id"], "replaced": True}
+        ] * len(commits)

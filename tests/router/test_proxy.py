@@ -366,3 +366,10 @@ async def test_llamacpp_backends_get_capacity_from_slots_and_programs_get_slots(
         await client.post("/programs/release", json={"program_id": "A"})
         await client.post("/v1/completions", json={**body, "program_id": "C"})
         assert stub.seen[-1]["body"]["id_slot"] == 0  # A's slot was freed
+        # A dead-context mark speaks of the slot its client named; none named, it is dropped.
+        dead = {**body, "program_id": "C", "discard_slot_prompt": True}
+        await client.post("/v1/completions", json=dead)
+        assert stub.seen[-1]["body"]["id_slot"] == 0
+        assert "discard_slot_prompt" not in stub.seen[-1]["body"]
+        await client.post("/v1/completions", json={**dead, "id_slot": 3})
+        assert stub.seen[-1]["body"]["discard_slot_prompt"] is True
