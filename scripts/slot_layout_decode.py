@@ -25,11 +25,13 @@ import httpx
 from rich.progress import track
 
 from lookahead_sdk.bench.common import write_json
+from lookahead_sdk.bench.ttft import erase_llamacpp_slots
 from lookahead_sdk.engine.config import EngineConfig
 from lookahead_sdk.engine.server import ensure_engine, stop_engine
 
 LAYOUTS: dict[str, tuple[int, ...]] = {"consecutive": (0, 1, 2, 3), "spread": (0, 2, 4, 6)}
 SLOTS = 8
+BESIDE_TOKENS = (0, 512)  # best-effort prefill tokens beside the decodes: none, then a chunk
 
 
 def token_ids(seed: int, count: int) -> list[int]:
@@ -43,8 +45,8 @@ async def decode_round(
     """Cache a `context`-token prompt in each of the layout's slots, then decode `new_tokens`
     in all four at once (and prefill `beside` tokens, best-effort, in the slot after the last)."""
     slots = LAYOUTS[layout]
-    for slot in range(SLOTS):
-        (await client.post(f"/slots/{slot}", params={"action": "erase"})).raise_for_status()
+    if not erase_llamacpp_slots(str(client.base_url).rstrip("/")):
+        raise RuntimeError(f"could not erase the slots of {client.base_url}")
     prompts = [token_ids(10 + index, context) for index in range(len(slots))]
     for slot, prompt in zip(slots, prompts, strict=True):
         body = {"prompt": prompt, "n_predict": 0, "id_slot": slot, "cache_prompt": True}
@@ -94,7 +96,7 @@ async def measure(port: int, *, context: int, new_tokens: int, repeats: int) -> 
     rounds: list[dict[str, Any]] = []
     plan = [
         (beside, repeat, layout)
-        for beside in (0, 512)
+        for beside in BESIDE_TOKENS
         for repeat in range(repeats)
         # alternating which layout goes first, so a drift of the machine favours neither
         for layout in (("consecutive", "spread") if repeat % 2 == 0 else ("spread", "consecutive"))
@@ -109,7 +111,7 @@ async def measure(port: int, *, context: int, new_tokens: int, repeats: int) -> 
     finally:
         stop_engine(port)
     summary = {}
-    for beside in (0, 512):
+    for beside in BESIDE_TOKENS:
         rates = {
             layout: [
                 r["tokens_per_s"]

@@ -125,23 +125,21 @@ def prompt_cache_table(runs: Runs, *, name: str = "strategy") -> Table | None:
     saved). None unless the bench read it (`bench ttft --log-prompt-cache`)."""
     if not any(run.get("prompt_cache") for by_mode in runs.values() for run in by_mode.values()):
         return None
-    table = compact_table(
-        "llama-server's RAM prompt cache, per run, sync -> lookahead",
-        (
-            name,
-            "saves",
-            "discards",
-            "saved tokens",
-            "main-loop s",
-            "longest s",
-            "loads",
-            "loaded tokens",
-        ),
+    columns = (
+        name,
+        "saves",
+        "discards",
+        "saved tokens",
+        "main-loop s",
+        "longest s",
+        "loads",
+        "loaded tokens",
     )
+    table = compact_table("llama-server's RAM prompt cache, per run, sync -> lookahead", columns)
     for run_name, by_mode in runs.items():
         sync, look = (by_mode[mode].get("prompt_cache") or {} for mode in ("sync", "lookahead"))
         if not sync or not look:
-            table.add_row(run_name, *("-" for _ in range(7)))
+            table.add_row(run_name, *("-" for _ in columns[1:]))
             continue
         table.add_row(
             run_name,

@@ -74,11 +74,12 @@ class Call:
             changes["stream_options"] = {**(options or {}), "include_usage": True}
         if slot is not None and "id_slot" not in self.body:
             changes["id_slot"] = slot
-        body = self.body
-        if "id_slot" not in body and DISCARD_SLOT_PROMPT_FIELD in body:
-            body = {k: v for k, v in body.items() if k != DISCARD_SLOT_PROMPT_FIELD}
-        elif not changes:
+        unplaced_discard = DISCARD_SLOT_PROMPT_FIELD in self.body and "id_slot" not in self.body
+        if not changes and not unplaced_discard:
             return self.raw
+        body = self.body
+        if unplaced_discard:
+            body = {k: v for k, v in body.items() if k != DISCARD_SLOT_PROMPT_FIELD}
         return json.dumps({**body, **changes}, separators=(",", ":")).encode()
 
 
