@@ -10,7 +10,14 @@ when the branch holds a copy of the live context (`branch_mirrors_live`, set by 
 copy), else to `current`, where that context is cached; there it replaces the slot's cache (a
 slot keeps only its last prompt), so the agent's next turn computes again what followed the
 summary's prefix. A committed lookahead swaps the two, since the warmed branch now holds the
-live context. A spawned
+live context.
+
+Where the live contexts sit matters: without --kv-unified each slot is a KV stream of its own,
+and llama.cpp splits a batch into micro-batches of consecutive streams, each reading every weight
+again (measured: four replies decoding in slots 0-3 ran 1.11-1.29x the tokens/s of the same in
+0, 2, 4, 6; scripts/slot_layout_decode.py). So a pair's home slot is the lowest free one and its
+branch the highest, and after a commit leaves the live context in the branch, a copy of it back
+home while the model's tools run (`away_from_home`, `settle_home`) restores the layout. A spawned
 sub-agent (Isolate) is handed the branch slot its context was warmed in, and the program gets a
 free slot as its new branch. Programs beyond the slot pairs the server has are left to the
 server's choice. One `SlotPairs` per server, owned by its `ServerSession`.
@@ -63,6 +70,11 @@ class SlotPair:
     current: int
     branch: int
     branch_mirrors_live: bool = False  # the branch holds a copy of the live context
+    home: int | None = None  # where the live context belongs (`settle_home`); None: `current`
+
+    def __post_init__(self) -> None:
+        if self.home is None:
+            self.home = self.current
 
 
 @dataclass(frozen=True)
@@ -103,6 +115,7 @@ class SlotPairs:
         # Contexts noted in any slot, newest last, none a prefix of another (`recalled_prefix`).
         self._recent: OrderedDict[tuple[int, ...], None] = OrderedDict()
         self._dead: set[int] = set()  # slots holding a context no request will come back to
+        self._placements: dict[int, int] = {}  # slot -> requests placed there so far
 
     def __len__(self) -> int:
         """Programs holding a pair."""
@@ -110,14 +123,16 @@ class SlotPairs:
             return len(self._pairs)
 
     def enroll(self, program_id: str) -> SlotPair | None:
-        """Give a program its pair of slots, if the server has a free pair."""
+        """Give a program its pair of slots, if the server has a free pair: its home (live)
+        slot the lowest free one, its branch the highest, so that live contexts sit in
+        consecutive slots (see `settle_home`)."""
         with self._lock:
             if program_id in self._pairs:
                 return self._pairs[program_id]
             free = self._free_slots()
             if len(free) < 2:
                 return None
-            pair = SlotPair(current=free[0], branch=free[1])
+            pair = SlotPair(current=free[0], branch=free[-1])
             self._pairs[program_id] = pair
             return pair
 
@@ -165,6 +180,7 @@ class SlotPairs:
             else:
                 slot = pair.branch
             self._last_placed[slot] = tags.program_id
+            self._placements[slot] = self._placements.get(slot, 0) + 1
             dead = slot in self._dead
             self._dead.discard(slot)  # from now on it holds this request's prompt
             return SlotPlacement(slot, discard_held_prompt=dead)
@@ -179,6 +195,54 @@ class SlotPairs:
             self._dead.update(
                 slot for slot, named in ((pair.current, current), (pair.branch, branch)) if named
             )
+
+    def placements(self, slot: int) -> int:
+        """Requests placed in `slot` so far (`place`)."""
+        with self._lock:
+            return self._placements.get(slot, 0)
+
+    def away_from_home(self, program_id: str) -> bool:
+        """The program's live context sits in the other slot than its home (a commit swapped
+        the pair), and the home slot, now its branch, holds a dead context (`retire`): a copy
+        of the live context there, then `settle_home`, brings it back."""
+        with self._lock:
+            pair = self._pairs.get(program_id)
+            return (
+                pair is not None
+                and pair.current != pair.home
+                and pair.branch == pair.home
+                and pair.branch in self._dead
+            )
+
+    def settle_home(self, program_id: str, *, live_placements: int) -> bool:
+        """The program's branch now holds a copy of its live context (a slot copy that began
+        when `placements(current)` was `live_placements`). When the branch is its home slot and
+        no request was placed in the live slot since (the copy holds all of it), the two trade
+        roles: the live context is back home, the other slot a retired copy of it. True when
+        they traded.
+
+        Why: without --kv-unified each slot is a KV stream of its own, and llama.cpp splits a
+        batch into micro-batches of consecutive streams, each reading every weight again.
+        Live contexts in consecutive slots (the homes `enroll` hands out) decode in one."""
+        with self._lock:
+            pair = self._pairs.get(program_id)
+            if (
+                pair is None
+                or pair.current == pair.home
+                or pair.branch != pair.home
+                or self._placements.get(pair.current, 0) != live_placements
+            ):
+                return False
+            away = pair.current
+            pair.current, pair.branch = pair.branch, away
+            pair.branch_mirrors_live = True
+            copied = self._valid(pair.current)
+            if copied is not None:
+                self._cached[away] = copied
+                self._last_placed[away] = copied.owner
+            self._dead.discard(pair.current)
+            self._dead.add(away)  # its next request need not keep a copy of what home holds
+            return True
 
     def note_cached(self, program_id: str, slot: int, ids: Sequence[int]) -> None:
         """`slot`'s cache now starts with `ids`, left there by `program_id`'s request."""
@@ -242,6 +306,8 @@ class SlotPairs:
             if not free:
                 return False
             self._pairs[child_id] = SlotPair(current=pair.branch, branch=pair.branch)
+            if pair.home == pair.branch:  # the program's home goes to the child
+                pair.home = pair.current
             cached = self._valid(pair.branch)
             handed = cached.ids if cached is not None and cached.owner == program_id else ()
             if handed:  # the child continues what its context was warmed to

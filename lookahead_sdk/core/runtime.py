@@ -714,7 +714,10 @@ class LookaheadRuntime:
         elif (
             self._tools_pending()
             and self._hooks.copies_live_context
-            and self.policy.keeps_live_prefix(main, lookahead)
+            and (
+                self.policy.keeps_live_prefix(main, lookahead)
+                or self._hooks.wants_live_copy(self.program_id)
+            )
         ):
             with use_tags(self.tags.best_effort()):  # the copy waits for slack like a warm-up
                 self._run_job(self._fork_live())

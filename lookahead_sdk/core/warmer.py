@@ -60,11 +60,12 @@ class Warmer:
 
     The runtime calls, per program it serves: `attach` once; `model_call_next` at each boundary
     after which the model is called; around each lookahead `live_prefix`
-    then `warm` (several times as the suffix grows), `fork_live` while the model's tools run,
-    `promote` / `finish_warm_up` when a commit starts waiting for it, `lookahead_ended` when its
-    work is over, `committed` after a hit, `committed_synchronously` after a synchronous
-    transform; `hand_over` when a sub-agent starts from a spawned
-    context; `detach` when the runtime (or sub-agent) ends. `aclose` closes the warmer's clients.
+    then `warm` (several times as the suffix grows), `fork_live` while the model's tools run
+    (when the policy's next lookahead keeps the live context, or `wants_live_copy`), `promote`
+    / `finish_warm_up` when a commit starts waiting for it, `lookahead_ended` when its work is
+    over, `committed` after a hit, `committed_synchronously` after a synchronous transform;
+    `hand_over` when a sub-agent starts from a spawned context; `detach` when the runtime (or
+    sub-agent) ends. `aclose` closes the warmer's clients.
     """
 
     # True when `fork_live` can copy the live context on the server (the runtime only then
@@ -108,6 +109,13 @@ class Warmer:
         """The program's model turn just ended and the server holds exactly `messages` for it:
         copy that KV to where its next lookahead is warmed. True when something was copied.
         Called only when `copies_live_context` is set."""
+        return False
+
+    def wants_live_copy(self, program_id: str) -> bool:
+        """True when a copy of the live context (`fork_live`) while the model's tools run pays
+        by itself, whatever the policy's next lookahead keeps (llama.cpp: it brings a live
+        context that a commit moved back to its home slot). Asked only when
+        `copies_live_context` is set and no lookahead work is under way."""
         return False
 
     def finish_warm_up(self, program_id: str) -> bool:
@@ -189,6 +197,9 @@ class DelegatingWarmer(Warmer):
         self, program_id: str, messages: Sequence[Message], *, shape: RequestShape
     ) -> bool:
         return await self.inner.fork_live(program_id, messages, shape=shape)
+
+    def wants_live_copy(self, program_id: str) -> bool:
+        return self.inner.wants_live_copy(program_id)
 
     def finish_warm_up(self, program_id: str) -> bool:
         return self.inner.finish_warm_up(program_id)

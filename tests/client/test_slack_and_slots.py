@@ -314,20 +314,21 @@ def test_a_program_handing_over_a_sub_agent_gets_the_free_slot_holding_most_of_i
     branch is the free slot a finished sub-agent with a like context ran in."""
     pairs = SlotPairs(6)
     a = pairs.enroll("a")
-    assert a is not None and pairs.enroll("b") is not None  # slots 0-3 held, 4 and 5 free
+    assert (a.current, a.branch) == (0, 5)  # home at the low end, branch at the high end
+    assert pairs.enroll("b") is not None  # slots 1 and 4: 2 and 3 free
     first_branch = a.branch
     pairs.note_cached("a", first_branch, [1, 2, 3, 9])
     assert pairs.hand_over("a", "a/s1")
-    assert a.branch == 4  # no free slot held anything known
+    assert a.branch == 2  # no free slot held anything known
     pairs.note_cached("a", a.branch, [1, 2, 3, 7])
     pairs.release("a/s1")  # its slot, holding [1, 2, 3, 9], is free again
     assert pairs.hand_over("a", "a/s2")
     assert a.branch == first_branch  # shares [1, 2, 3] with the context just handed over
     assert CachedPrefix(first_branch, (1, 2, 3, 9)) in pairs.cached_prefixes()
     pairs.note_cached("a", a.branch, [5, 6])
-    pairs.release("a/s2")  # slot 4, holding [1, 2, 3, 7], is free; so is slot 5, unused
+    pairs.release("a/s2")  # slot 2, holding [1, 2, 3, 7], is free; so is slot 3, unused
     assert pairs.hand_over("a", "a/s3")
-    assert a.branch == 5  # nothing shares [5, 6]: the slot whose cache is worth nothing
+    assert a.branch == 3  # nothing shares [5, 6]: the slot whose cache is worth nothing
 
 
 def test_a_context_is_recalled_after_its_slot_was_overwritten_until_newer_ones_push_it_out() -> (
@@ -440,6 +441,107 @@ def test_a_retired_slot_says_so_to_the_next_request_placed_there_only() -> None:
     assert pairs.place(live) == SlotPlacement(pair.current)
     pairs.retire("b", current=True)  # no pair: nothing to retire, the server places it
     assert pairs.place(RequestTags("b")) is None
+
+
+def test_live_contexts_start_in_consecutive_slots_and_branches_at_the_other_end() -> None:
+    """Without --kv-unified llama.cpp decodes consecutive slots in one micro-batch."""
+    pairs = SlotPairs(8)
+    enrolled = [pairs.enroll(name) for name in "abcd"]
+    assert [(p.current, p.branch) for p in enrolled if p is not None] == [
+        (0, 7),
+        (1, 6),
+        (2, 5),
+        (3, 4),
+    ]
+    assert pairs.enroll("e") is None
+
+
+def swapped_by_a_commit(pairs: SlotPairs) -> SlotPair:
+    """Program "a"'s commit ran where its warm-up was: its live context is in the branch slot,
+    the replaced one (retired) in its home slot."""
+    pair = pairs.enroll("a")
+    assert pair is not None
+    pairs.place(RequestTags("a").lookahead("g"))
+    pairs.swap("a")
+    pairs.retire("a", branch=True)
+    pairs.place(RequestTags("a"))  # the committed turn, in the slot it was warmed in
+    return pair
+
+
+def test_a_copy_of_the_live_context_into_its_home_slot_moves_it_back_there() -> None:
+    pairs = SlotPairs(4)
+    pair = swapped_by_a_commit(pairs)
+    home, away = 0, 3
+    assert (pair.current, pair.branch, pair.home) == (away, home, home)
+    assert pairs.away_from_home("a")
+    before_copy = pairs.placements(away)
+    pairs.note_cached("a", home, [1, 2, 3])  # the copy (slot restore places no request)
+    assert pairs.settle_home("a", live_placements=before_copy)
+    assert (pair.current, pair.branch, pair.branch_mirrors_live) == (home, away, True)
+    assert not pairs.away_from_home("a")
+    assert pairs.holds(away) == (1, 2, 3)  # the copy's source holds it too
+    # Home holds the live context; the other slot a copy no request needs kept.
+    assert pairs.place(RequestTags("a")) == SlotPlacement(home)
+    warm_up = RequestTags("a").lookahead("g2")
+    assert pairs.place(warm_up) == SlotPlacement(away, discard_held_prompt=True)
+    assert not pairs.settle_home("a", live_placements=pairs.placements(home))  # home already
+
+
+def test_a_request_placed_in_the_live_slot_during_the_copy_keeps_it_there() -> None:
+    """The copy then misses that request's tokens: the live slot holds more than home."""
+    pairs = SlotPairs(4)
+    pair = swapped_by_a_commit(pairs)
+    before_copy = pairs.placements(pair.current)
+    pairs.place(RequestTags("a"))  # the model's next turn came first
+    assert not pairs.settle_home("a", live_placements=before_copy)
+    assert (pair.current, pair.branch) == (3, 0)
+
+
+def test_a_warm_up_in_the_home_slot_is_no_dead_context_to_copy_over() -> None:
+    pairs = SlotPairs(4)
+    swapped_by_a_commit(pairs)
+    pairs.place(RequestTags("a").lookahead("g2"))  # the next lookahead's warm-up went there
+    assert not pairs.away_from_home("a")
+
+
+def test_a_sub_agent_handed_the_home_slot_moves_its_programs_home() -> None:
+    pairs = SlotPairs(4)
+    pair = swapped_by_a_commit(pairs)
+    assert pairs.hand_over("a", "a/s1")  # the child takes the branch: slot 0, a's home
+    assert pairs.pair("a/s1") == SlotPair(current=0, branch=0, home=0)
+    assert pair.home == pair.current == 3 and not pairs.away_from_home("a")
+
+
+async def test_the_warmer_copies_a_live_context_a_commit_moved_back_home(
+    stub_server: RecordingProxy,
+) -> None:
+    from lookahead_sdk.core.warmer import RequestShape
+
+    session = ServerSession(
+        stub_server.url, wire="llamacpp", facts=ServerFacts(llamacpp=True, total_slots=4)
+    )
+    warmer = warmer_of_fixed_tokens(session, session.gate(), 300)
+    assert session.slots is not None
+    home, away = 0, 3
+    assert not warmer.wants_live_copy("p")
+    warm_nine_tenths(warmer)
+    warmer.committed("p", replaced=True, live_prefix_share=0.5)  # swapped
+    assert warmer.wants_live_copy("p")
+    history = [{"role": "user", "content": "hi"}]
+    try:
+        with use_tags(RequestTags("p").best_effort()):
+            assert await warmer.fork_live("p", history, shape=RequestShape())
+        assert [r.path for r in stub_server.requests] == [f"/slots/{away}", f"/slots/{home}"]
+        pair = session.slots.pair("p")
+        assert pair is not None and (pair.current, pair.branch) == (home, away)
+        assert not warmer.wants_live_copy("p")
+        warmer.slot_copies = False  # a server without slot copies is never asked
+        session.slots.swap("p")
+        session.slots.retire("p", branch=True)
+        assert session.slots.away_from_home("p") and not warmer.wants_live_copy("p")
+    finally:
+        warmer.detach("p")
+        await warmer.aclose()
 
 
 @pytest.mark.parametrize(("live_share", "swapped"), [(0.5, True), (0.95, False)])

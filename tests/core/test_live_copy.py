@@ -290,3 +290,58 @@ def test_a_summary_redo_leaves_the_standby_results_warm_up_in_the_branch() -> No
     first, redo = summaries[0], summaries[1]
     assert first > 0 and order[first - 1] == "copy"
     assert "copy" not in order[first + 1 : redo + 1]
+
+
+class HomingWarmer(CopyingWarmer):
+    """Wants a copy of the live context after each commit of a lookahead that replaced it (as
+    `LlamaCppWarmer` does when the commit left it out of its home slot), until one is made."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.away = False
+        self.hits = 0
+
+    def committed(self, program_id: str, *, replaced: bool, **kwargs: object) -> None:
+        self.hits += 1
+        self.away = self.away or replaced
+
+    def wants_live_copy(self, program_id: str) -> bool:
+        return self.away
+
+    async def fork_live(
+        self, program_id: str, messages: Sequence[Message], *, shape: RequestShape
+    ) -> bool:
+        self.away = False
+        return await super().fork_live(program_id, messages, shape=shape)
+
+
+@pytest.mark.parametrize("homing", [True, False])
+def test_a_warmer_wanting_the_live_context_copied_gets_it_while_the_tools_run(
+    homing: bool,
+) -> None:
+    """Whatever the policy's next lookahead keeps (KeepRecent keeps no live prefix)."""
+
+    async def run() -> tuple[CopyingWarmer, list[CommitKind]]:
+        warmer = HomingWarmer() if homing else CopyingWarmer()
+        commits: list[CommitKind] = []
+        runtime = LookaheadRuntime(
+            KeepRecent(budget=2000, hard_limit=HARD),
+            messages=START,
+            window_tokens=8192,
+            token_counter=COUNTER,
+            warmer=warmer,
+        )
+        async with runtime:
+            await drive(runtime, [120] * 60, commits)
+            assert runtime.stats.live_copies == len(warmer.copies)
+        return warmer, commits
+
+    warmer, commits = asyncio.run(run())
+    assert commits and all(kind is CommitKind.HIT for kind in commits)
+    if not homing:
+        assert not warmer.copies  # nothing asks for one
+        return
+    assert isinstance(warmer, HomingWarmer)
+    assert 0 < len(warmer.copies) <= warmer.hits and not warmer.away
+    assert all(calls_tools(copy[-1]) for copy in warmer.copies)  # the model's turn just ended
+    assert all(tags is not None and tags.priority_class == "be" for tags in warmer.copy_tags)

@@ -347,3 +347,49 @@ async def test_a_warm_up_whose_prefix_left_the_slots_finds_it_in_the_servers_ram
     chunked = await warm_after_its_prefix_left_the_slots(embedded_engine.base_url, recall=False)
     assert recalled >= 0.9, f"the warm-up prefilled {1 - recalled:.0%} of its prompt"
     assert chunked < 0.5, "with usual first chunks the engine should have prefilled it"
+
+
+async def test_a_committed_context_moved_to_the_branch_is_copied_back_to_its_home_slot(
+    embedded_engine,
+) -> None:
+    """A commit whose warm-up ran in the branch slot leaves the live context there; while the
+    model's tools run, the warmer copies it back to the program's home slot (so live contexts
+    sit in consecutive slots), and the next turn runs there with its context cached."""
+    session = await ServerSession.connect(embedded_engine.base_url)
+    warmer = LlamaCppWarmer(session, gate=session.gate())
+    llm = Endpoint.from_session(session, emulate_tool_calls=False).chat_client()
+    copies = recorded_slot_copies(warmer)
+    program_id = "home-return"
+    warmer.attach(program_id)
+    slots = session.slots
+    assert slots is not None
+    live, _ = live_and_rewritten(program_id)
+    # A keep-recent-like rewrite: the system prompt and the newest message only.
+    committed = [live[0], {"role": "user", "content": "Keep going. " + source_excerpt()[:3000]}]
+    try:
+        pair = slots.pair(program_id)
+        assert pair is not None
+        home, branch = pair.current, pair.branch
+        with use_tags(RequestTags(program_id)):
+            await llm.chat(live, max_tokens=1)  # the live context, in the home slot
+        await cached_share_of_warm_up(warmer, program_id, committed)  # warmed in the branch
+        warmer.committed(program_id, replaced=True, live_prefix_share=0.1)
+        assert slots.pair(program_id).current == branch  # type: ignore[union-attr]
+        with use_tags(RequestTags(program_id)):
+            reply = await llm.chat(committed, max_tokens=4)  # the commit, served in the branch
+        assert not copies and warmer.wants_live_copy(program_id)
+        history = [*committed, {"role": "assistant", "content": reply.message["content"] or ""}]
+        assert await warmer.fork_live(program_id, history, shape=RequestShape())
+        assert copies == [(branch, home)]
+        after = slots.pair(program_id)
+        assert after is not None and (after.current, after.branch) == (home, branch)
+        assert not warmer.wants_live_copy(program_id)
+        next_turn = [*history, {"role": "user", "content": "And then?"}]
+        with use_tags(RequestTags(program_id)):
+            result = await llm.chat(next_turn, max_tokens=1)  # in the home slot again
+    finally:
+        warmer.detach(program_id)
+        await llm.aclose()
+        await warmer.aclose()
+    share = result.cached_tokens / result.prompt_tokens
+    assert share >= 0.9, f"the turn after the copy back prefilled {1 - share:.0%} of it"
