@@ -39,7 +39,8 @@ such a context and its prompt part: that request finds the prefix cached again.
 A slot can hold a dead context: after a commit, the one its program's transform replaced (the
 old live slot when the commit swapped the pair, else the branch's copy of what the live slot now
 holds); after a synchronous transform, both slots' (`retire`). The next request placed there
-says so (`SlotPlacement.discard_held_prompt`): the embedded engine then does not save that
+says so (`SlotPlacement.discard_held_prompt`); so does the next request after a summary
+that ran in the branch's copy of the live context: the embedded engine then does not save that
 context into its RAM prompt cache, a copy of the slot's KV state that stalls every slot and
 that no request would load back (`engine.patches`). A slot copy (restore) into a retired slot
 leaves the mark: it puts there what another slot holds, no save is lost.
@@ -183,6 +184,10 @@ class SlotPairs:
             self._placements[slot] = self._placements.get(slot, 0) + 1
             dead = slot in self._dead
             self._dead.discard(slot)  # from now on it holds this request's prompt
+            if tags.is_lookahead and tags.extends_live_context and slot == pair.branch:
+                # A summary run on the branch's copy of the live context: what it leaves there
+                # (that copy, the instruction, the summary) no request comes back to.
+                self._dead.add(slot)
             return SlotPlacement(slot, discard_held_prompt=dead)
 
     def retire(self, program_id: str, *, current: bool = False, branch: bool = False) -> None:

@@ -675,6 +675,21 @@ async def test_best_effort_requests_to_llamacpp_carry_their_batch_size(
     )
 
 
+def test_the_request_after_a_summary_in_the_branch_discards_what_it_left_there() -> None:
+    """The copy of the live context and the summary: the live slot holds that context."""
+    pairs = SlotPairs(4)
+    pair = pairs.enroll("p")
+    assert pair is not None
+    lookahead = RequestTags("p", priority_class="be", is_lookahead=True, lookahead_group_id="g")
+    summary = lookahead.extending_live_context()
+    assert pairs.place(summary) == SlotPlacement(pair.current)  # in the live slot: kept
+    assert pairs.place(RequestTags("p")) == SlotPlacement(pair.current)
+    pairs.mirror_live("p", True)
+    assert pairs.place(summary) == SlotPlacement(pair.branch)
+    assert pairs.place(lookahead) == SlotPlacement(pair.branch, discard_held_prompt=True)
+    assert pairs.place(lookahead) == SlotPlacement(pair.branch)  # the warm-up is kept
+
+
 def test_a_summary_of_the_live_context_runs_in_the_branch_once_it_holds_a_copy() -> None:
     pairs = SlotPairs(4)
     pair = pairs.enroll("p")
