@@ -675,13 +675,18 @@ async def test_best_effort_requests_to_llamacpp_carry_their_batch_size(
     )
 
 
-def test_the_request_after_a_summary_in_the_branch_discards_what_it_left_there() -> None:
-    """The copy of the live context and the summary: the live slot holds that context."""
+def program_with_summary_tags() -> tuple[SlotPairs, SlotPair, RequestTags, RequestTags]:
+    """Program "p" with a slot pair; its lookahead's tags and its summary's."""
     pairs = SlotPairs(4)
     pair = pairs.enroll("p")
     assert pair is not None
     lookahead = RequestTags("p", priority_class="be", is_lookahead=True, lookahead_group_id="g")
-    summary = lookahead.extending_live_context()
+    return pairs, pair, lookahead, lookahead.extending_live_context()
+
+
+def test_the_request_after_a_summary_in_the_branch_discards_what_it_left_there() -> None:
+    """The copy of the live context and the summary: the live slot holds that context."""
+    pairs, pair, lookahead, summary = program_with_summary_tags()
     assert pairs.place(summary) == SlotPlacement(pair.current)  # in the live slot: kept
     assert pairs.place(RequestTags("p")) == SlotPlacement(pair.current)
     pairs.mirror_live("p", True)
@@ -691,11 +696,7 @@ def test_the_request_after_a_summary_in_the_branch_discards_what_it_left_there()
 
 
 def test_a_summary_of_the_live_context_runs_in_the_branch_once_it_holds_a_copy() -> None:
-    pairs = SlotPairs(4)
-    pair = pairs.enroll("p")
-    assert pair is not None
-    lookahead = RequestTags("p", priority_class="be", is_lookahead=True, lookahead_group_id="g")
-    summary = lookahead.extending_live_context()
+    pairs, pair, _, summary = program_with_summary_tags()
     assert pairs.slot_for(summary) == pair.current  # only the live slot holds that context
     pairs.mirror_live("p", True)  # the warmer copied it into the branch
     assert pairs.slot_for(summary) == pair.branch
