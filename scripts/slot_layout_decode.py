@@ -6,8 +6,9 @@ best-effort prefill beside them in the next slot.
 Without `--kv-unified` each slot is a KV stream of its own, and llama.cpp splits a batch over
 several streams into micro-batches of consecutive stream ids (`llama_batch_allocr::split_equal`
 with `sequential`): decodes in slots 0-3 go in one, in 0, 2, 4, 6 in four, each reading every
-weight again. The SDK's slot pairs put four agents' live contexts in slots 0/1, 2/3, 4/5 and
-6/7, which of each pair depending on their commits.
+weight again. Until `f3d10ce` the SDK's slot pairs put four agents' live contexts in slots
+0/1, 2/3, 4/5 and 6/7, which of each pair depending on their commits; since then a pair's home
+is the lowest free slot, its branch the highest (`client.llamacpp_slots`).
 
     python scripts/slot_layout_decode.py --json docs/results/diagnostics/slot_layout_decode.json
 """

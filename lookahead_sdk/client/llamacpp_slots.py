@@ -78,6 +78,11 @@ class SlotPair:
             self.home = self.current
 
 
+def _away(pair: SlotPair) -> bool:
+    """The live context sits in the pair's other slot, its home slot is the branch."""
+    return pair.current != pair.home and pair.branch == pair.home
+
+
 @dataclass(frozen=True)
 class SlotPlacement:
     slot: int
@@ -212,12 +217,7 @@ class SlotPairs:
         of the live context there, then `settle_home`, brings it back."""
         with self._lock:
             pair = self._pairs.get(program_id)
-            return (
-                pair is not None
-                and pair.current != pair.home
-                and pair.branch == pair.home
-                and pair.branch in self._dead
-            )
+            return pair is not None and _away(pair) and pair.branch in self._dead
 
     def settle_home(self, program_id: str, *, live_placements: int) -> bool:
         """The program's branch now holds a copy of its live context (a slot copy that began
@@ -233,8 +233,7 @@ class SlotPairs:
             pair = self._pairs.get(program_id)
             if (
                 pair is None
-                or pair.current == pair.home
-                or pair.branch != pair.home
+                or not _away(pair)
                 or self._placements.get(pair.current, 0) != live_placements
             ):
                 return False

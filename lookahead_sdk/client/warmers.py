@@ -412,15 +412,16 @@ class LlamaCppWarmer(_HttpWarmer):
         await self._wait_for_slack()
         started = time.perf_counter()
         paired = self._paired(program_id)
-        live_placements = 0 if paired is None else paired[0].placements(paired[1].current)
-        if not await self._seed_branch(program_id):
+        if paired is None:
+            return False
+        slots, pair = paired
+        live_placements = slots.placements(pair.current)
+        if await self._copy_slot(pair.current, pair.branch) is None:
             return False
         self._branch(program_id).prompt_ids = []
         self._branch_now_holds(program_id, ids)
-        settled = False
-        if paired is not None:  # a summary of the live context may now run in the branch
-            paired[0].mirror_live(program_id, True)
-            settled = paired[0].settle_home(program_id, live_placements=live_placements)
+        slots.mirror_live(program_id, True)  # a summary of the live context may now run there
+        settled = slots.settle_home(program_id, live_placements=live_placements)
         log.debug(
             "%s live context (%d tokens) copied to the branch in %.2f s%s",
             program_id,
