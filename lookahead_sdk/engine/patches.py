@@ -22,6 +22,14 @@ latency-critical prompt arriving meanwhile waits for one of those (the client si
 ``client.slack.BatchSizer``). Requests without the tag are latency-critical, so untagged clients see llama.cpp's
 usual behaviour, except that shorter prompts go first.
 
+A batch of best-effort prompt tokens only is aborted when a latency-critical completion
+arrives: the queue's worker thread sees the task while the batch computes, the CPU backend's
+abort callback stops the graph at its next node, llama.cpp drops the failed ubatch's KV, and the
+batch's tokens go back to their prompts (each best-effort request goes on later from its last
+computed batch). The urgent prompt then waits for one graph node instead of a whole batch
+(128 tokens: 0.2-0.9 s on the development machine). A batch holding any decoding or
+latency-critical token is never aborted, nor one on a memory that needs checkpoints to roll back.
+
 One edit fixes a llama.cpp bug that the SDK's slot pinning (``id_slot``) runs into: a request for
 a busy slot went through the prompt-cache update before it was deferred, which saved the running
 request's half-computed prompt and loaded another cached prompt into the busy slot. When the
@@ -223,6 +231,144 @@ _DISCARD_DEAD_PROMPT = SourceEdit(
     ),
 )
 
+_ABORT_STATE = SourceEdit(
+    name="abort a best-effort batch: state",
+    path="tools/server/server-context.cpp",
+    old="    int n_empty_consecutive = 0;\n",
+    new=(
+        "    int n_empty_consecutive = 0;\n"
+        "\n"
+        "    // lookahead-sdk: a batch of best-effort prompt tokens only is aborted when a\n"
+        "    // latency-critical task arrives, so that the task waits for one graph node, not a batch.\n"
+        "    bool batch_abortable = false; // this update's batch holds best-effort prompt tokens only\n"
+        "    bool batch_aborted   = false;\n"
+        "    std::atomic<bool> lc_task_arrived{false}; // set by the queue's worker while decoding\n"
+        "\n"
+        "    static bool abort_best_effort_batch(void * data) {\n"
+        "        const auto * ctx = static_cast<const server_context_impl *>(data);\n"
+        "        return ctx->batch_abortable && ctx->lc_task_arrived.load(std::memory_order_relaxed);\n"
+        "    }\n"
+        "\n"
+        "    // the batch's tokens from `off` on go back to their prompts (their KV with them): each\n"
+        "    // slot goes on from where the last computed batch left it\n"
+        "    void unbatch_best_effort_prompts(int32_t off) {\n"
+        "        std::vector<int32_t> n_undone(slots.size(), 0);\n"
+        "        for (int32_t i = off; i < batch.size(); ++i) {\n"
+        "            n_undone.at(batch.tokens[i].id_slot)++;\n"
+        "        }\n"
+        "        for (size_t id = 0; id < slots.size(); ++id) {\n"
+        "            if (n_undone[id] == 0) {\n"
+        "                continue;\n"
+        "            }\n"
+        "            auto & slot = slots[id];\n"
+        "            const int32_t n_keep = slot.prompt.n_tokens() - n_undone[id];\n"
+        "            slot.prompt.tokens.keep_first(n_keep);\n"
+        "            llama_memory_seq_rm(llama_get_memory(ctx_tgt), slot.id, n_keep, -1);\n"
+        "            slot.state   = SLOT_STATE_PROCESSING_PROMPT;\n"
+        "            slot.i_batch = -1;\n"
+        "        }\n"
+        '        SRV_INF("best-effort batch aborted for a latency-critical task, %d tokens back to their prompts\\n", batch.size() - off);\n'
+        "    }\n"
+    ),
+)
+
+_ABORT_SIGNAL = SourceEdit(
+    name="abort a best-effort batch: a latency-critical task arrives",
+    path="tools/server/server-context.cpp",
+    old=(
+        '            SRV_DBG("decoding, decline task, id_task = %d\\n", task.id);\n'
+        "            return false;\n"
+    ),
+    new=(
+        '            SRV_DBG("decoding, decline task, id_task = %d\\n", task.id);\n'
+        "            // lookahead-sdk: a latency-critical completion a free slot can take aborts a\n"
+        "            // batch of best-effort prompt tokens only (abort_best_effort_batch)\n"
+        "            if (task.type == SERVER_TASK_TYPE_COMPLETION && !task.best_effort &&\n"
+        "                    (task.id_slot < 0 || task.id_slot >= (int) slots.size() || !slots[task.id_slot].is_processing())) {\n"
+        "                lc_task_arrived.store(true, std::memory_order_relaxed);\n"
+        "            }\n"
+        "            return false;\n"
+    ),
+)
+
+_ABORT_WHICH_BATCH = SourceEdit(
+    name="abort a best-effort batch: which batch",
+    path="tools/server/server-context.cpp",
+    old="        int32_t off_next = 0;\n",
+    new=(
+        "        // lookahead-sdk: only a batch of best-effort prompt tokens, on a memory that can drop\n"
+        "        // a sequence's tail (no checkpoints to keep), is aborted\n"
+        "        lc_task_arrived.store(false, std::memory_order_relaxed);\n"
+        "        batch_aborted   = false;\n"
+        "        batch_abortable = batch.size() > 0 && !batch.has_embd && !spec && n_swa == 0 &&\n"
+        "            ctx_tgt_seq_rm_type == COMMON_CONTEXT_SEQ_RM_TYPE_PART;\n"
+        "        for (int32_t i = 0; batch_abortable && i < batch.size(); ++i) {\n"
+        "            const auto & slot = slots.at(batch.tokens[i].id_slot);\n"
+        "            batch_abortable = batch.tokens[i].is_prompt && slot.task && slot.task->best_effort &&\n"
+        "                slot.task->type == SERVER_TASK_TYPE_COMPLETION && !slot.task->is_parent();\n"
+        "        }\n"
+        "\n"
+        "        int32_t off_next = 0;\n"
+    ),
+)
+
+_ABORT_STOPS_THE_UPDATE = SourceEdit(
+    name="abort a best-effort batch: back to the task queue",
+    path="tools/server/server-context.cpp",
+    old=(
+        "                } else {\n"
+        "                    // try again with the updated n_batch\n"
+        "                    continue;\n"
+        "                }\n"
+    ),
+    new=(
+        "                } else if (batch_aborted) {\n"
+        "                    break; // lookahead-sdk: back to the task queue, the urgent task first\n"
+        "                } else {\n"
+        "                    // try again with the updated n_batch\n"
+        "                    continue;\n"
+        "                }\n"
+    ),
+)
+
+_ABORT_CALLBACK = SourceEdit(
+    name="abort a best-effort batch: the callback",
+    path="tools/server/server-context.cpp",
+    old=(
+        "        int ret = 0;\n"
+        "        queue_tasks.yield_to_queue([&]() {\n"
+        "            ret = llama_process(ctx_tgt, LLAMA_PROCESS_TYPE_DECODE, batch.view.get());\n"
+    ),
+    new=(
+        "        int ret = 0;\n"
+        "        llama_set_abort_callback(ctx_tgt, abort_best_effort_batch, this); // lookahead-sdk\n"
+        "        queue_tasks.yield_to_queue([&]() {\n"
+        "            ret = llama_process(ctx_tgt, LLAMA_PROCESS_TYPE_DECODE, batch.view.get());\n"
+    ),
+)
+
+_ABORT_HANDLED = SourceEdit(
+    name="abort a best-effort batch: undo it",
+    path="tools/server/server-context.cpp",
+    old="                // TODO: handle ret == 2 (abort) when we start aborting\n",
+    new=(
+        "                // lookahead-sdk: a best-effort batch aborted for a latency-critical task; the\n"
+        "                // failed ubatch's KV is already removed, the prompts go back to before it\n"
+        "                if (ret == 2 && batch_abortable) {\n"
+        "                    unbatch_best_effort_prompts(off);\n"
+        "                    batch_aborted = true;\n"
+        "                    return false;\n"
+        "                }\n"
+    ),
+)
+
+_ATOMIC_INCLUDE = SourceEdit(
+    name="abort a best-effort batch: <atomic>",
+    path="tools/server/server-context.cpp",
+    old="#include <algorithm>\n",
+    new="#include <algorithm>\n#include <atomic>\n",
+)
+
 EDITS: tuple[SourceEdit, ...] = (
     _TASK_FIELD,
     _CHILD_TASK_FIELD,
@@ -232,6 +378,13 @@ EDITS: tuple[SourceEdit, ...] = (
     _BEST_EFFORT_BATCH,
     _BUSY_SLOT_KEEPS_ITS_PROMPT,
     _DISCARD_DEAD_PROMPT,
+    _ATOMIC_INCLUDE,
+    _ABORT_STATE,
+    _ABORT_SIGNAL,
+    _ABORT_WHICH_BATCH,
+    _ABORT_STOPS_THE_UPDATE,
+    _ABORT_CALLBACK,
+    _ABORT_HANDLED,
 )
 
 
