@@ -125,6 +125,9 @@ class RunResult:
     # What llama-server's RAM prompt cache did over the run (`engine.prompt_cache_log`), where
     # the bench read it from the embedded engine's log; else empty.
     prompt_cache: dict[str, float] = field(default_factory=dict)
+    # Batches the embedded engine aborted for an arriving latency-critical request, and the
+    # tokens they undid (`engine.abort_log`), where the bench read its log; else empty.
+    batch_aborts: dict[str, float] = field(default_factory=dict)
     # Runs pooled into this record (`pooled`): how many, and each one's wall time.
     repeats: int = 1
     wall_s_each: list[float] = field(default_factory=list)
@@ -154,6 +157,7 @@ class RunResult:
         merged.client_cpu_s = sum(run.client_cpu_s for run in runs) / count
         merged.engine_counters = _mean_if_all([run.engine_counters for run in runs])
         merged.prompt_cache = _mean_if_all([run.prompt_cache for run in runs])
+        merged.batch_aborts = _mean_if_all([run.batch_aborts for run in runs])
         return merged
 
     def add(self, run: AgentRun) -> None:

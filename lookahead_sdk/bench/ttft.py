@@ -54,6 +54,7 @@ from lookahead_sdk.bench.trace_plot import plot_trace
 from lookahead_sdk.bench.ttft_targets import FEW_TURNS, TurnLists, targets_tables
 from lookahead_sdk.bench.ttft_waits import WAITS_LEGEND, has_waits, waits_tables
 from lookahead_sdk.client.slack import DEFAULT_GATE_ADMISSION, GATE_ADMISSIONS, GateAdmission
+from lookahead_sdk.engine.abort_log import batch_aborts
 from lookahead_sdk.engine.config import MODEL_CONTEXT
 from lookahead_sdk.engine.prompt_cache_log import TRACE_VERBOSITY_ARGS, prompt_cache_activity
 from lookahead_sdk.errors import ConfigurationError
@@ -168,15 +169,18 @@ class EmbeddedEngine:
         self.handle: Any = None
 
     def log_size(self) -> int:
-        """Bytes in the engine's log now: where a run's lines start."""
-        return Path(self.handle.log_path).stat().st_size
+        """Bytes in the engine's log now: where a run's lines start (0: no log)."""
+        log = Path(self.handle.log_path)
+        return log.stat().st_size if log.is_file() else 0
 
-    def prompt_cache_since(self, offset: int) -> dict[str, float]:
-        """What llama-server's RAM prompt cache did since `offset` in its log (`log_size`)."""
-        with open(self.handle.log_path, "rb") as log:
-            log.seek(offset)
-            text = log.read().decode(errors="replace")
-        return prompt_cache_activity(text).to_json()
+    def log_since(self, offset: int) -> str:
+        """The engine's log from `offset` (`log_size`) on ("": no log)."""
+        try:
+            with open(self.handle.log_path, "rb") as log:
+                log.seek(offset)
+                return log.read().decode(errors="replace")
+        except FileNotFoundError:
+            return ""
 
     def restart(self) -> str:
         """A fresh engine. One left on the port (an earlier bench's, or a killed one's) would
@@ -313,8 +317,9 @@ async def run_ttft_bench(
             config.engine_threads,
             log_prompt_cache=config.log_prompt_cache,
         )
-    # The engine whose log each run's prompt-cache activity is read from; None: not read.
-    cache_log = engine if isinstance(engine, EmbeddedEngine) and config.log_prompt_cache else None
+    # The engine whose log each run's aborted batches (and, asked, prompt-cache activity) are
+    # read from; None: not read.
+    engine_log = engine if isinstance(engine, EmbeddedEngine) else None
     base_url = engine.restart() if engine else str(config.base_url).rstrip("/").removesuffix("/v1")
     try:
         facts = server_facts(base_url)
@@ -366,7 +371,7 @@ async def run_ttft_bench(
                 elif engine is None:
                     erase_llamacpp_slots(base_url)
                 fresh = False
-                log_offset = cache_log.log_size() if cache_log is not None else 0
+                log_offset = engine_log.log_size() if engine_log is not None else 0
                 result = await run_agents(
                     base_url,
                     strategy=strategy,
@@ -389,8 +394,11 @@ async def run_ttft_bench(
                         None if on_trace is None else partial(on_trace, strategy, mode, repeat)
                     ),
                 )
-                if cache_log is not None:
-                    result.prompt_cache = cache_log.prompt_cache_since(log_offset)
+                if engine_log is not None:
+                    log_text = engine_log.log_since(log_offset)
+                    result.batch_aborts = batch_aborts(log_text).to_json()
+                    if config.log_prompt_cache:
+                        result.prompt_cache = prompt_cache_activity(log_text).to_json()
                 done[mode].append(result)
             document["strategies"][strategy] = {
                 mode: RunResult.pooled(results).to_json() for mode, results in done.items()

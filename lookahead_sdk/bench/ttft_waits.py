@@ -37,6 +37,8 @@ WAITS_LEGEND = (
     "token, and seconds of the rest while a foreground reply was decoding (on a CPU that "
     "reply decodes slower by about as much; '-': not measured in that run); yields: "
     "background LLM replies stopped when a foreground request arrived and continued later; "
+    "aborts: batches holding best-effort tokens that the embedded engine aborted when a "
+    "foreground request arrived ('-': not read); "
     "gate: seconds best-effort work waited for slack. The whole run, sync -> lookahead: "
     "seconds the foreground replies spent decoding (first token to end); seconds with no "
     "request to the engine in flight (what the synchronous run leaves is the most background "
@@ -69,7 +71,7 @@ def waits_tables(runs: Runs, *, name: str = "strategy") -> list[Table]:
     background = compact_table(
         "Background requests (lookahead runs, per run): n / s run / s during a foreground wait"
         " / s beside a decoding reply",
-        (name, *(label for _, label in BACKGROUND_COLUMNS), "yields", "gate s"),
+        (name, *(label for _, label in BACKGROUND_COLUMNS), "yields", "aborts", "gate s"),
     )
     # Runs recorded before the engine's counters were read keep their table as it was.
     counted = any(
@@ -104,6 +106,7 @@ def waits_tables(runs: Runs, *, name: str = "strategy") -> list[Table]:
             run_name,
             *(_load(look["background"].get(kind)) for kind, _ in BACKGROUND_COLUMNS),
             _count(look.get("background_yields")),
+            _count((look.get("batch_aborts") or {}).get("aborts")),
             "-" if gate_wait_s is None else f"{gate_wait_s:.1f}",
         )
         sync = by_mode["sync"]

@@ -22,13 +22,14 @@ latency-critical prompt arriving meanwhile waits for one of those (the client si
 ``client.slack.BatchSizer``). Requests without the tag are latency-critical, so untagged clients see llama.cpp's
 usual behaviour, except that shorter prompts go first.
 
-A batch of best-effort prompt tokens only is aborted when a latency-critical completion
-arrives: the queue's worker thread sees the task while the batch computes, the CPU backend's
-abort callback stops the graph at its next node, llama.cpp drops the failed ubatch's KV, and the
-batch's tokens go back to their prompts (each best-effort request goes on later from its last
-computed batch). The urgent prompt then waits for one graph node instead of a whole batch
-(128 tokens: 0.2-0.9 s on the development machine). A batch holding any decoding or
-latency-critical token is never aborted, nor one on a memory that needs checkpoints to roll back.
+A batch holding best-effort prompt tokens and no latency-critical prompt token is aborted when
+a latency-critical completion arrives: the queue's worker thread sees the task while the batch
+computes, the CPU backend's abort callback stops the graph at its next node, llama.cpp drops the
+failed ubatch's KV, and the batch's tokens are undone: a best-effort prompt's go back to it (the
+request goes on later from its last computed batch), a decoding reply adds its last sampled
+token again. The urgent prompt then waits for one graph node instead of a whole batch (128
+tokens: 0.2-0.9 s on the development machine). A batch with a latency-critical prompt's tokens
+is never aborted, nor one on a memory that needs checkpoints to roll back.
 
 One edit fixes a llama.cpp bug that the SDK's slot pinning (``id_slot``) runs into: a request for
 a busy slot went through the prompt-cache update before it was deferred, which saved the running
@@ -238,9 +239,10 @@ _ABORT_STATE = SourceEdit(
     new=(
         "    int n_empty_consecutive = 0;\n"
         "\n"
-        "    // lookahead-sdk: a batch of best-effort prompt tokens only is aborted when a\n"
-        "    // latency-critical task arrives, so that the task waits for one graph node, not a batch.\n"
-        "    bool batch_abortable = false; // this update's batch holds best-effort prompt tokens only\n"
+        "    // lookahead-sdk: a batch holding best-effort prompt tokens and no latency-critical prompt\n"
+        "    // token is aborted when a latency-critical task arrives, so that the task waits for one\n"
+        "    // graph node, not the batch.\n"
+        "    bool batch_abortable = false;\n"
         "    bool batch_aborted   = false;\n"
         "    std::atomic<bool> lc_task_arrived{false}; // set by the queue's worker while decoding\n"
         "\n"
@@ -249,8 +251,9 @@ _ABORT_STATE = SourceEdit(
         "        return ctx->batch_abortable && ctx->lc_task_arrived.load(std::memory_order_relaxed);\n"
         "    }\n"
         "\n"
-        "    // the batch's tokens from `off` on go back to their prompts (their KV with them): each\n"
-        "    // slot goes on from where the last computed batch left it\n"
+        "    // the batch's tokens from `off` on are undone (their KV with them): a prompt's go back to\n"
+        "    // it, a decoding slot adds its last sampled token again; each slot goes on from where the\n"
+        "    // last computed batch left it\n"
         "    void unbatch_best_effort_prompts(int32_t off) {\n"
         "        std::vector<int32_t> n_undone(slots.size(), 0);\n"
         "        for (int32_t i = off; i < batch.size(); ++i) {\n"
@@ -264,10 +267,12 @@ _ABORT_STATE = SourceEdit(
         "            const int32_t n_keep = slot.prompt.n_tokens() - n_undone[id];\n"
         "            slot.prompt.tokens.keep_first(n_keep);\n"
         "            llama_memory_seq_rm(llama_get_memory(ctx_tgt), slot.id, n_keep, -1);\n"
-        "            slot.state   = SLOT_STATE_PROCESSING_PROMPT;\n"
+        "            if (slot.state != SLOT_STATE_GENERATING) {\n"
+        "                slot.state = SLOT_STATE_PROCESSING_PROMPT;\n"
+        "            }\n"
         "            slot.i_batch = -1;\n"
         "        }\n"
-        '        SRV_INF("best-effort batch aborted for a latency-critical task, %d tokens back to their prompts\\n", batch.size() - off);\n'
+        '        SRV_INF("best-effort batch aborted for a latency-critical task, %d tokens undone\\n", batch.size() - off);\n'
         "    }\n"
     ),
 )
@@ -296,17 +301,22 @@ _ABORT_WHICH_BATCH = SourceEdit(
     path="tools/server/server-context.cpp",
     old="        int32_t off_next = 0;\n",
     new=(
-        "        // lookahead-sdk: only a batch of best-effort prompt tokens, on a memory that can drop\n"
-        "        // a sequence's tail (no checkpoints to keep), is aborted\n"
+        "        // lookahead-sdk: a batch is aborted when it holds best-effort prompt tokens and no\n"
+        "        // latency-critical prompt token (decoding slots' tokens are undone and added again),\n"
+        "        // on a memory that can drop a sequence's tail (no checkpoints to keep)\n"
         "        lc_task_arrived.store(false, std::memory_order_relaxed);\n"
-        "        batch_aborted   = false;\n"
-        "        batch_abortable = batch.size() > 0 && !batch.has_embd && !spec && n_swa == 0 &&\n"
+        "        batch_aborted = false;\n"
+        "        bool batch_best_effort_prompt = false;\n"
+        "        batch_abortable = !batch.has_embd && !spec && n_swa == 0 &&\n"
         "            ctx_tgt_seq_rm_type == COMMON_CONTEXT_SEQ_RM_TYPE_PART;\n"
         "        for (int32_t i = 0; batch_abortable && i < batch.size(); ++i) {\n"
         "            const auto & slot = slots.at(batch.tokens[i].id_slot);\n"
-        "            batch_abortable = batch.tokens[i].is_prompt && slot.task && slot.task->best_effort &&\n"
-        "                slot.task->type == SERVER_TASK_TYPE_COMPLETION && !slot.task->is_parent();\n"
+        "            const bool best_effort = slot.task && slot.task->best_effort;\n"
+        "            batch_best_effort_prompt |= batch.tokens[i].is_prompt && best_effort;\n"
+        "            batch_abortable = slot.task && slot.task->type == SERVER_TASK_TYPE_COMPLETION &&\n"
+        "                !slot.task->is_parent() && (best_effort || !batch.tokens[i].is_prompt);\n"
         "        }\n"
+        "        batch_abortable = batch_abortable && batch_best_effort_prompt;\n"
         "\n"
         "        int32_t off_next = 0;\n"
     ),

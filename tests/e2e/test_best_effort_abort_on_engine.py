@@ -1,7 +1,7 @@
-"""The embedded engine aborts a batch of best-effort prompt tokens when a latency-critical
-request arrives (engine.patches, "abort a best-effort batch"), and the best-effort request then
-goes on from where its last computed batch left it: the same reply, nothing computed twice
-beyond the aborted batch, nothing lost."""
+"""The embedded engine aborts a batch holding best-effort prompt tokens when a latency-critical
+request arrives (engine.patches, "abort a best-effort batch"): the best-effort request then goes
+on from where its last computed batch left it and a reply decoding in the same batches adds its
+last token again; the same replies, nothing lost."""
 
 from __future__ import annotations
 
@@ -14,11 +14,11 @@ import httpx
 import pytest
 
 from lookahead_sdk.base.protocol import RequestTags
+from lookahead_sdk.engine.abort_log import batch_aborts
 from lookahead_sdk.engine.server import EngineHandle
 
 pytestmark = pytest.mark.engine
 
-ABORT_LINE = "best-effort batch aborted"
 PROMPT_UNITS = 300  # ~900 tokens: seven or more of the engine's 128-token batches
 URGENT_REQUESTS = 3
 
@@ -29,7 +29,7 @@ def prompt_of(units: int) -> str:
 
 
 def aborts_logged(log_path: str | Path) -> int:
-    return Path(log_path).read_text(errors="replace").count(ABORT_LINE)
+    return batch_aborts(Path(log_path).read_text(errors="replace")).aborts
 
 
 async def complete(
@@ -40,35 +40,48 @@ async def complete(
     return response.json()
 
 
-async def test_an_urgent_request_aborts_a_best_effort_batch_and_the_reply_is_unchanged(
+async def test_an_urgent_request_aborts_a_best_effort_batch_and_the_replies_are_unchanged(
     embedded_engine: EngineHandle,
 ) -> None:
-    prompt = prompt_of(PROMPT_UNITS)
-    # Greedy, and no prompt reuse: both runs compute the whole prompt in slot 0.
-    reply_fields = {"n_predict": 12, "temperature": 0.0, "cache_prompt": False, "id_slot": 0}
+    # A best-effort prompt in slot 0 and a latency-critical reply decoding in slot 2 share the
+    # engine's batches; urgent requests for slot 1 abort those batches.
+    prompt, decoded_prompt = prompt_of(PROMPT_UNITS), prompt_of(20)
+    # Greedy, and no prompt reuse: every run computes its whole prompt.
+    greedy = {"temperature": 0.0, "cache_prompt": False}
     best_effort = RequestTags(program_id="abort-be", priority_class="be").to_body()
-    async with httpx.AsyncClient(timeout=180) as client:
-        undisturbed = await complete(client, embedded_engine, prompt, **reply_fields)
-        aborts_before = aborts_logged(embedded_engine.log_path)
 
-        disturbed = asyncio.create_task(
-            complete(client, embedded_engine, prompt, **reply_fields, **best_effort)
+    async def both_replies(client: httpx.AsyncClient, *, urgent: int) -> tuple[dict, dict, list]:
+        warm_up = asyncio.create_task(
+            complete(
+                client, embedded_engine, prompt, n_predict=12, id_slot=0, **greedy, **best_effort
+            )
+        )
+        await asyncio.sleep(0.3)
+        decoding = asyncio.create_task(
+            complete(client, embedded_engine, decoded_prompt, n_predict=48, id_slot=2, **greedy)
         )
         urgent_replies = []
-        for _ in range(URGENT_REQUESTS):
-            await asyncio.sleep(0.4)  # into the best-effort prompt's next batches
-            assert not disturbed.done(), "the best-effort prompt ended early (make it longer)"
+        for _ in range(urgent):
+            await asyncio.sleep(0.4)  # into the next batches of both
+            assert not warm_up.done(), "the best-effort prompt ended early (make it longer)"
             urgent_replies.append(
                 await complete(client, embedded_engine, prompt_of(2), n_predict=1, id_slot=1)
             )
-        reply = await disturbed
+        return await warm_up, await decoding, urgent_replies
+
+    async with httpx.AsyncClient(timeout=180) as client:
+        undisturbed_warm_up, undisturbed_decoding, _ = await both_replies(client, urgent=0)
+        aborts_before = aborts_logged(embedded_engine.log_path)
+        warm_up, decoding, urgent_replies = await both_replies(client, urgent=URGENT_REQUESTS)
 
     assert aborts_logged(embedded_engine.log_path) > aborts_before
     assert all(urgent["tokens_predicted"] == 1 for urgent in urgent_replies)
-    # The aborted batches' tokens went back to the prompt and were computed once more: the same
-    # prompt, the same greedy reply, as if nothing had come between.
-    assert reply["tokens_evaluated"] == undisturbed["tokens_evaluated"]
-    assert reply["content"] == undisturbed["content"], (reply["content"], undisturbed["content"])
+    # The aborted batches' tokens were undone and computed once more: the same prompts, the
+    # same greedy replies, as if nothing had come between.
+    assert warm_up["tokens_evaluated"] == undisturbed_warm_up["tokens_evaluated"]
+    assert warm_up["content"] == undisturbed_warm_up["content"]
+    assert decoding["tokens_predicted"] == undisturbed_decoding["tokens_predicted"]
+    assert decoding["content"] == undisturbed_decoding["content"]
 
 
 async def test_an_urgent_request_does_not_abort_a_latency_critical_batch(
