@@ -8,8 +8,9 @@ from __future__ import annotations
 import re
 from dataclasses import asdict, dataclass
 
-ABORT_LINE = "best-effort batch aborted for a latency-critical task"
-_ABORT = re.compile(re.escape(ABORT_LINE) + r", (\d+) tokens undone")
+from lookahead_sdk.engine.patches import ABORT_LOG_LINE
+
+_ABORT = re.compile(re.escape(ABORT_LOG_LINE) + r", (\d+) tokens undone")
 
 
 @dataclass(frozen=True, slots=True)

@@ -58,6 +58,10 @@ from pathlib import Path
 
 from lookahead_sdk.engine.errors import BuildError
 
+# What the edited server logs per aborted batch, followed by ", N tokens undone"
+# (read back by `engine.abort_log`).
+ABORT_LOG_LINE = "best-effort batch aborted for a latency-critical task"
+
 
 @dataclass(frozen=True)
 class SourceEdit:
@@ -272,7 +276,7 @@ _ABORT_STATE = SourceEdit(
         "            }\n"
         "            slot.i_batch = -1;\n"
         "        }\n"
-        '        SRV_INF("best-effort batch aborted for a latency-critical task, %d tokens undone\\n", batch.size() - off);\n'
+        f'        SRV_INF("{ABORT_LOG_LINE}, %d tokens undone\\n", batch.size() - off);\n'
         "    }\n"
     ),
 )

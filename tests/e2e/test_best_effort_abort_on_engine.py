@@ -6,7 +6,6 @@ last token again; the same replies, nothing lost."""
 from __future__ import annotations
 
 import asyncio
-import uuid
 from pathlib import Path
 from typing import Any
 
@@ -16,16 +15,12 @@ import pytest
 from lookahead_sdk.base.protocol import RequestTags
 from lookahead_sdk.engine.abort_log import batch_aborts
 from lookahead_sdk.engine.server import EngineHandle
+from tests.support.engine import fresh_prompt
 
 pytestmark = pytest.mark.engine
 
 PROMPT_UNITS = 300  # ~900 tokens: seven or more of the engine's 128-token batches
 URGENT_REQUESTS = 3
-
-
-def prompt_of(units: int) -> str:
-    # A fresh prefix, so no slot or host cache holds any of it.
-    return f"{uuid.uuid4().hex} " + " ".join(f"item{i % 97} is next" for i in range(units))
 
 
 def aborts_logged(log_path: str | Path) -> int:
@@ -45,7 +40,7 @@ async def test_an_urgent_request_aborts_a_best_effort_batch_and_the_replies_are_
 ) -> None:
     # A best-effort prompt in slot 0 and a latency-critical reply decoding in slot 2 share the
     # engine's batches; urgent requests for slot 1 abort those batches.
-    prompt, decoded_prompt = prompt_of(PROMPT_UNITS), prompt_of(20)
+    prompt, decoded_prompt = fresh_prompt(PROMPT_UNITS), fresh_prompt(20)
     # Greedy, and no prompt reuse: every run computes its whole prompt.
     greedy = {"temperature": 0.0, "cache_prompt": False}
     best_effort = RequestTags(program_id="abort-be", priority_class="be").to_body()
@@ -65,7 +60,7 @@ async def test_an_urgent_request_aborts_a_best_effort_batch_and_the_replies_are_
             await asyncio.sleep(0.4)  # into the next batches of both
             assert not warm_up.done(), "the best-effort prompt ended early (make it longer)"
             urgent_replies.append(
-                await complete(client, embedded_engine, prompt_of(2), n_predict=1, id_slot=1)
+                await complete(client, embedded_engine, fresh_prompt(2), n_predict=1, id_slot=1)
             )
         return await warm_up, await decoding, urgent_replies
 
@@ -90,10 +85,10 @@ async def test_an_urgent_request_does_not_abort_a_latency_critical_batch(
     async with httpx.AsyncClient(timeout=180) as client:
         aborts_before = aborts_logged(embedded_engine.log_path)
         running = asyncio.create_task(
-            complete(client, embedded_engine, prompt_of(PROMPT_UNITS), n_predict=1, id_slot=0)
+            complete(client, embedded_engine, fresh_prompt(PROMPT_UNITS), n_predict=1, id_slot=0)
         )
         await asyncio.sleep(0.4)
         assert not running.done(), "the first prompt ended early (make it longer)"
-        await complete(client, embedded_engine, prompt_of(2), n_predict=1, id_slot=1)
+        await complete(client, embedded_engine, fresh_prompt(2), n_predict=1, id_slot=1)
         await running
     assert aborts_logged(embedded_engine.log_path) == aborts_before

@@ -10,12 +10,12 @@ from __future__ import annotations
 import asyncio
 import statistics
 import time
-import uuid
 
 import httpx
 import pytest
 
 from lookahead_sdk.engine.server import EngineHandle
+from tests.support.engine import fresh_prompt
 
 pytestmark = pytest.mark.engine
 
@@ -23,10 +23,6 @@ LONG_WORDS = 1400  # a best-effort prompt of ~7K tokens, far from done when meas
 SHORT_WORDS = 2
 SAMPLES = 6
 ONE_SMALL_BATCH_S = 0.05  # an 8-token batch at 1-2K tokens of context on this CPU, with margin
-
-
-def fresh_prompt(words: int) -> str:
-    return f"{uuid.uuid4().hex} " + " ".join(f"item{i % 97} is next" for i in range(words))
 
 
 async def foreground_wait(

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import asyncio
 import time
-import uuid
 from typing import Any
 
 import httpx
@@ -19,13 +18,9 @@ import pytest
 from lookahead_sdk.base.protocol import RequestTags
 from lookahead_sdk.engine.config import DEFAULT_BATCH_TOKENS as BATCH_TOKENS
 from lookahead_sdk.engine.server import EngineHandle
+from tests.support.engine import fresh_prompt
 
 pytestmark = pytest.mark.engine
-
-
-def prompt_of(words: int) -> str:
-    # A fresh prefix, so no slot or host cache holds any of it.
-    return f"{uuid.uuid4().hex} " + " ".join(f"item{i % 97} is next" for i in range(words))
 
 
 async def complete(
@@ -54,7 +49,7 @@ async def race(
         async def first_token_at(slot: int, words: int, priority_class: str) -> float:
             # The tags as the SDK's transport writes them: the engine must read these names.
             tags = RequestTags(program_id=f"race-{slot}", priority_class=priority_class)
-            await complete(client, handle, prompt_of(words), id_slot=slot, **tags.to_body())
+            await complete(client, handle, fresh_prompt(words), id_slot=slot, **tags.to_body())
             return time.monotonic() - start
 
         earlier = asyncio.create_task(first_token_at(0, *first))
@@ -84,7 +79,7 @@ async def test_a_best_effort_prompt_alone_is_served(embedded_engine: EngineHandl
     # Best-effort work only yields to waiting latency-critical prompts; it is never starved
     # (a starved request would hit the client's timeout).
     async with httpx.AsyncClient(timeout=60) as client:
-        response = await complete(client, embedded_engine, prompt_of(200), priority_class="be")
+        response = await complete(client, embedded_engine, fresh_prompt(200), priority_class="be")
     assert response["tokens_evaluated"] > 600
 
 
@@ -112,10 +107,10 @@ async def test_a_prompt_ending_in_a_batch_does_not_wait_for_other_prompts_tokens
 
         async def beside_a_long_one() -> float:
             short = asyncio.create_task(
-                first_token_s(await tokens_of(prompt_of(200), short_tokens), 0)
+                first_token_s(await tokens_of(fresh_prompt(200), short_tokens), 0)
             )
             await asyncio.sleep(0.05)  # the long one arrives while the short one's first batch runs
-            long = asyncio.create_task(first_token_s(prompt_of(700), 1))
+            long = asyncio.create_task(first_token_s(fresh_prompt(700), 1))
             seconds = await short
             await long
             return seconds
@@ -124,7 +119,7 @@ async def test_a_prompt_ending_in_a_batch_does_not_wait_for_other_prompts_tokens
         # run slower, while the behaviour tested makes every run beside a long prompt ~2x.
         alone, beside = [], []
         for _ in range(3):
-            alone.append(await first_token_s(await tokens_of(prompt_of(200), short_tokens), 2))
+            alone.append(await first_token_s(await tokens_of(fresh_prompt(200), short_tokens), 2))
             beside.append(await beside_a_long_one())
     assert min(beside) < 1.35 * min(alone), (beside, alone)
 
@@ -136,12 +131,12 @@ async def test_a_request_for_a_busy_slot_waits_and_leaves_the_running_one_intact
     # cached prompt that best matched the new request into the slot while the running request
     # was prefilling there. The running request (shorter than the loaded prompt) never finished.
     slot = 2
-    cached = prompt_of(600)
+    cached = fresh_prompt(600)
     async with httpx.AsyncClient(timeout=60) as client:
         await complete(client, embedded_engine, cached, id_slot=slot)
         # Starting another prompt in the slot moves ``cached`` into the host prompt cache.
         running = asyncio.create_task(
-            complete(client, embedded_engine, prompt_of(300), id_slot=slot)
+            complete(client, embedded_engine, fresh_prompt(300), id_slot=slot)
         )
         await asyncio.sleep(0.3)
         assert not running.done(), "the running prompt must still be prefilling (make it longer)"

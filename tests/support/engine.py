@@ -9,6 +9,7 @@ started it; an engine already running there with the same config is reused and l
 from __future__ import annotations
 
 import os
+import uuid
 from collections.abc import Iterator
 from typing import Any
 
@@ -20,6 +21,12 @@ from lookahead_sdk.engine.server import EngineHandle, ensure_engine
 TEST_ENGINE_PORT_ENV = "LOOKAHEAD_SDK_TEST_ENGINE_PORT"
 DEFAULT_TEST_ENGINE_PORT = 18089
 DEFAULT_TEST_ENGINE_SLOTS = 4
+
+
+def fresh_prompt(units: int) -> str:
+    """A prompt of ~3 tokens per unit under a fresh prefix, so no slot or host cache holds any
+    of it."""
+    return f"{uuid.uuid4().hex} " + " ".join(f"item{i % 97} is next" for i in range(units))
 
 
 def engine_fixture(
