@@ -40,14 +40,21 @@ def recent_groups_start(
 class KeepRecent(LimitTriggered):
     """Keep-recent-K / sliding window. `budget` bounds the whole kept context (paper: 10K of 32K);
     `max_turns` optionally bounds it in assistant turns; the first user message (the task) is
-    kept when `keep_task` is set, since an agent that forgets its task is useless."""
+    kept when `keep_task` is set, since an agent that forgets its task is useless.
+
+    Its lookahead starts `lead_turns` (6) average turns ahead of the commit, twice the other
+    strategies' lead: what it prefills (the kept turns, then each turn as it arrives) is what
+    a synchronous commit prefills again, so an earlier start costs no extra compute and gives
+    the warm-up more of the agent's tool waits to run in. Three turns of ~1 s tool calls left a
+    2.4K-token window to be warmed beside the agent's decoding replies, which decode that much
+    slower on a CPU (docs/benchmarks.md, "Lead turns")."""
 
     budget: Budget = 10 / 32
     max_turns: int | None = None
     keep_task: bool = True
     hard_limit: Budget = HARD_LIMIT
     lookahead_at: Budget | None = None
-    lead_turns: float = 3.0
+    lead_turns: float = 6.0
     commit_ahead: bool = True
 
     name = "keep_recent"

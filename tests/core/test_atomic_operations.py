@@ -60,11 +60,13 @@ class InvalidOutputPolicy(CountingPolicy):
     """Its transform returns an invalid message when told to (a buggy custom policy)."""
 
     broken: bool = False
+    broken_calls: int = 0
 
     async def transform(
         self, messages: Sequence[Message], ctx: TransformContext
     ) -> TransformResult:
         if self.broken:
+            self.broken_calls += 1
             return TransformResult([{"role": "robot", "content": "?"}, *messages[-2:]])
         return await super().transform(messages, ctx)
 
@@ -269,10 +271,13 @@ def test_rejected_operations_never_change_the_state(
                     if not policy.should_commit(runtime.main, runtime.lookahead):
                         continue
                     policy.broken = True
+                    calls = policy.broken_calls
                     try:
                         await runtime.commit()
                     finally:
                         policy.broken = False
+                    # A hit on a result transformed before the policy broke needs no transform.
+                    rejected = policy.broken_calls > calls
                 else:
                     rejected = False
                     await (runtime.boundary() if name == "boundary" else runtime.commit())
