@@ -1,0 +1,60 @@
+#!/usr/bin/env python3
+"""Any `lookahead-sdk` command with the demo's KeepRecent and Summarize started `--lead N`
+turns ahead of their commits (`lead_turns`) instead of their defaults: how the lead was chosen.
+
+    python scripts/lead_turns_pilot.py --lead 6 --strategy keep_recent -- \
+        bench ttft --embedded --agents 4 --strategies keep_recent --json out.json
+
+The policies are swapped where the reference agent builds them (`agent.driver.make_policy`);
+everything else is the command as the CLI runs it. The JSON's provenance records this script's
+command line.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+from typing import Any
+
+from lookahead_sdk.agent import driver
+from lookahead_sdk.cli import main
+from lookahead_sdk.core.policy import ContextPolicy
+from lookahead_sdk.strategies import KeepRecent, Summarize
+
+LEAD_POLICIES = {"keep_recent": KeepRecent, "summarize": Summarize}
+
+
+def with_lead(lead_turns: float, strategies: set[str]) -> None:
+    default = driver.make_policy
+
+    def make_policy(strategy: str, *, store_dir: Path, plan: Any = ()) -> ContextPolicy:
+        if strategy in strategies:
+            return LEAD_POLICIES[strategy](lead_turns=lead_turns)
+        return default(strategy, store_dir=store_dir, plan=plan)
+
+    driver.make_policy = make_policy
+
+
+def parse(argv: list[str]) -> tuple[argparse.Namespace, list[str]]:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--lead", type=float, required=True, help="lead_turns for the policies")
+    parser.add_argument(
+        "--strategy",
+        action="append",
+        choices=sorted(LEAD_POLICIES),
+        required=True,
+        help="a strategy to start --lead turns ahead (repeatable)",
+    )
+    if "--" not in argv:
+        parser.error("put the lookahead-sdk command after --")
+    split = argv.index("--")
+    return parser.parse_args(argv[:split]), argv[split + 1 :]
+
+
+if __name__ == "__main__":
+    args, command = parse(sys.argv[1:])
+    if args.lead <= 0:
+        sys.exit(f"--lead must be a positive number of turns, got {args.lead}")
+    with_lead(args.lead, set(args.strategy))
+    sys.exit(main(command))
