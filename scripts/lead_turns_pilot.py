@@ -14,10 +14,11 @@ from __future__ import annotations
 
 import argparse
 import sys
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
 
 from lookahead_sdk.agent import driver
+from lookahead_sdk.agent.workload import Delegation
 from lookahead_sdk.cli import main
 from lookahead_sdk.core.policy import ContextPolicy
 from lookahead_sdk.strategies import KeepRecent, Summarize
@@ -26,9 +27,14 @@ LEAD_POLICIES = {"keep_recent": KeepRecent, "summarize": Summarize}
 
 
 def with_lead(lead_turns: float, strategies: set[str]) -> None:
+    """Fails here, before any engine starts, on a lead the policies reject."""
+    for strategy in strategies:
+        LEAD_POLICIES[strategy](lead_turns=lead_turns)
     default = driver.make_policy
 
-    def make_policy(strategy: str, *, store_dir: Path, plan: Any = ()) -> ContextPolicy:
+    def make_policy(
+        strategy: str, *, store_dir: Path, plan: Sequence[Delegation] = ()
+    ) -> ContextPolicy:
         if strategy in strategies:
             return LEAD_POLICIES[strategy](lead_turns=lead_turns)
         return default(strategy, store_dir=store_dir, plan=plan)
@@ -54,7 +60,8 @@ def parse(argv: list[str]) -> tuple[argparse.Namespace, list[str]]:
 
 if __name__ == "__main__":
     args, command = parse(sys.argv[1:])
-    if args.lead <= 0:
-        sys.exit(f"--lead must be a positive number of turns, got {args.lead}")
-    with_lead(args.lead, set(args.strategy))
+    try:
+        with_lead(args.lead, set(args.strategy))
+    except ValueError as error:
+        sys.exit(f"--lead: {error}")
     sys.exit(main(command))

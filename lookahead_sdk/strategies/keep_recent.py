@@ -47,7 +47,7 @@ class KeepRecent(LimitTriggered):
     a synchronous commit prefills again, so an earlier start costs no extra compute and gives
     the warm-up more of the agent's tool waits to run in. Three turns of ~1 s tool calls left a
     2.4K-token window to be warmed beside the agent's decoding replies, which decode that much
-    slower on a CPU (docs/benchmarks.md, "Lead turns")."""
+    slower on a CPU (docs/benchmarks.md, "KeepRecent's lead: six turns")."""
 
     budget: Budget = 10 / 32
     max_turns: int | None = None
