@@ -183,13 +183,16 @@ async def _relay_stream(
             events = framer.feed(data)
             if not events:
                 continue
-            out = b"".join([tap.pass_event(event) for event in events])
+            if len(events) == 1:
+                out = tap.pass_event(events[0])
+            else:
+                out = b"".join([tap.pass_event(event) for event in events])
             if not reply.started:
                 await reply.start(response.status, headers)
             # OpenAI clients close the connection as soon as they read [DONE]: the client's
             # response ends with it, not when the backend later ends its stream (a client gone
             # in between would read as a disconnect).
-            ended = any(event_data(event) == b"[DONE]" for event in events)
+            ended = any(b"[DONE]" in event and event_data(event) == b"[DONE]" for event in events)
             if out or ended:
                 await reply.send(out, more=not ended)
     except UPSTREAM_ERRORS as error:

@@ -3,9 +3,13 @@ deltas of a program's prompts, settings validation, the metrics text."""
 
 from __future__ import annotations
 
+import itertools
 import json
+import re
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from lookahead_sdk.router.capacity import from_llamacpp, from_server_info, from_vllm_metrics
 from lookahead_sdk.router.exposition import ProxyCounters, render
@@ -59,6 +63,27 @@ def test_sse_framing_across_reads_and_usage_stripping() -> None:
     event = f"data: {json.dumps(both)}\r\n\r\n".encode()
     tap = UsageTap(keep_usage=False)
     assert tap.pass_event(event) == event and tap.total_tokens == 5
+
+
+# Each event ends at the earliest blank line, "\n\n" or "\r\n\r\n" (either may follow the other).
+_EVENT = re.compile(rb"(?s).*?(?:\n\n|\r\n\r\n)")
+
+
+@given(
+    st.lists(st.sampled_from([b"data: x", b"\n", b"\r", b"\r\n", b"\n\n", b":"]), max_size=40),
+    st.lists(st.integers(min_value=0, max_value=400), max_size=6),
+)
+def test_sse_framing_finds_each_event_whatever_the_reads(
+    pieces: list[bytes], cuts: list[int]
+) -> None:
+    stream = b"".join(pieces)
+    expected = [match.group() for match in _EVENT.finditer(stream)]
+    tail = stream[sum(map(len, expected)) :]
+    bounds = sorted({min(cut, len(stream)) for cut in cuts} | {0, len(stream)})
+    framer = SseFramer()
+    events = [e for a, b in itertools.pairwise(bounds) for e in framer.feed(stream[a:b])]
+    assert events == expected
+    assert framer.rest() == tail
 
 
 def test_prompt_deltas_count_what_a_request_adds() -> None:
