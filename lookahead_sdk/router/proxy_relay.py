@@ -34,7 +34,7 @@ from lookahead_sdk.router.sse import (
     SseFramer,
     UsageTap,
     data_event,
-    event_data,
+    ends_stream,
     generate_total,
     response_total,
 )
@@ -183,16 +183,13 @@ async def _relay_stream(
             events = framer.feed(data)
             if not events:
                 continue
-            if len(events) == 1:
-                out = tap.pass_event(events[0])
-            else:
-                out = b"".join([tap.pass_event(event) for event in events])
+            out = b"".join([tap.pass_event(event) for event in events])
             if not reply.started:
                 await reply.start(response.status, headers)
             # OpenAI clients close the connection as soon as they read [DONE]: the client's
             # response ends with it, not when the backend later ends its stream (a client gone
             # in between would read as a disconnect).
-            ended = any(b"[DONE]" in event and event_data(event) == b"[DONE]" for event in events)
+            ended = any(map(ends_stream, events))
             if out or ended:
                 await reply.send(out, more=not ended)
     except UPSTREAM_ERRORS as error:

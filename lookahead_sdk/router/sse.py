@@ -57,6 +57,11 @@ def event_data(event: bytes) -> bytes | None:
     return b"\n".join(line[5:].removeprefix(b" ") for line in lines)
 
 
+def ends_stream(event: bytes) -> bool:
+    """The OpenAI stream's last event, `data: [DONE]` (parsed only when it holds those bytes)."""
+    return b"[DONE]" in event and event_data(event) == b"[DONE]"
+
+
 def event_json(event: bytes) -> dict[str, Any] | None:
     data = event_data(event)
     if data is None or data.strip() == b"[DONE]":
