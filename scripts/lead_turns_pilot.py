@@ -1,6 +1,7 @@
 #!/usr/bin/env python3
 """Any `lookahead-sdk` command with the demo's KeepRecent and Summarize started `--lead N`
-turns ahead of their commits (`lead_turns`) instead of their defaults: how the lead was chosen.
+turns ahead of their commits every time (`lead_turns`; KeepRecent's paced lead off) instead
+of their defaults: how the lead was chosen.
 
     python scripts/lead_turns_pilot.py --lead 6 --strategy keep_recent -- \
         bench ttft --embedded --agents 4 --strategies keep_recent --json out.json
@@ -26,17 +27,24 @@ from lookahead_sdk.strategies import KeepRecent, Summarize
 LEAD_POLICIES = {"keep_recent": KeepRecent, "summarize": Summarize}
 
 
+def fixed_lead(strategy: str, lead_turns: float) -> ContextPolicy:
+    """The strategy's policy started `lead_turns` ahead every time (KeepRecent's paced lead off)."""
+    if strategy == "keep_recent":
+        return KeepRecent(lead_turns=lead_turns, min_lead_turns=None)
+    return LEAD_POLICIES[strategy](lead_turns=lead_turns)
+
+
 def with_lead(lead_turns: float, strategies: set[str]) -> None:
     """Fails here, before any engine starts, on a lead the policies reject."""
     for strategy in strategies:
-        LEAD_POLICIES[strategy](lead_turns=lead_turns)
+        fixed_lead(strategy, lead_turns)
     default = driver.make_policy
 
     def make_policy(
         strategy: str, *, store_dir: Path, plan: Sequence[Delegation] = ()
     ) -> ContextPolicy:
         if strategy in strategies:
-            return LEAD_POLICIES[strategy](lead_turns=lead_turns)
+            return fixed_lead(strategy, lead_turns)
         return default(strategy, store_dir=store_dir, plan=plan)
 
     driver.make_policy = make_policy

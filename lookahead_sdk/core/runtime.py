@@ -163,6 +163,27 @@ class GrowthRate:
         return max(0.0, tokens / self.tokens_per_s)
 
 
+class TurnPace:
+    """Exponential moving average of the seconds between the history's assistant turns."""
+
+    def __init__(self, smoothing: float = 0.3) -> None:
+        self.smoothing = smoothing
+        self.seconds_per_turn: float | None = None
+        self._last: tuple[float, int] | None = None  # (when, turn) of the newest turn seen
+
+    def observe(self, now: float, turn: int) -> None:
+        last = self._last
+        if last is not None and turn == last[1]:
+            return
+        if last is not None and turn > last[1] and now > last[0]:
+            seconds = (now - last[0]) / (turn - last[1])
+            previous = self.seconds_per_turn
+            self.seconds_per_turn = (
+                seconds if previous is None else previous + self.smoothing * (seconds - previous)
+            )
+        self._last = (now, turn)
+
+
 class LookaheadRuntime:
     """`LookaheadRuntime(policy, config, messages=..., **overrides)`: overrides are
     `RuntimeConfig` fields (e.g. `window_tokens=32768`); the policy may also come from an
@@ -214,7 +235,9 @@ class LookaheadRuntime:
         self._pending_boundary = False
         self._spent_by_group: dict[str, int] = {}
         self._growth = GrowthRate()
+        self._pace = TurnPace()
         self._lookahead_job_s: float | None = None  # the newest finished lookahead, start to warm
+        self._lookahead_job_started: float | None = None  # the running lookahead job's start
         # The ready result a running redo replaces, and the background tokens it had cost.
         self._standby: tuple[LookaheadState, int] | None = None
         self._spawned_at: bytes | None = None  # history signature at a spawn-mode commit
@@ -627,6 +650,9 @@ class LookaheadRuntime:
         if not lookahead.in_flight_or_ready:
             await self._cancel_job()  # no lookahead's work (a copy of the live context)
             return 0.0
+        if lookahead.warmed_end is None and self._lookahead_job_started is not None:
+            # The commit came before the result was warm: it takes at least this long.
+            self._time_lookahead_in_turns(self.clock() - self._lookahead_job_started)
         timeout: float | None = 0.0
         if lookahead.status is LookaheadStatus.READY:
             if self._hooks.finish_warm_up(self.program_id):
@@ -669,7 +695,9 @@ class LookaheadRuntime:
 
     # -- background work ---------------------------------------------------------------------
     def _on_boundary(self) -> None:
-        self._growth.observe(self.clock(), self.main.tokens)
+        now = self.clock()
+        self._growth.observe(now, self.main.tokens)
+        self._pace.observe(now, self.main.turn)
         self._refresh_due()
         if self.main.awaits_model_call():
             # Whatever starts below must not go to the engine ahead of that call.
@@ -750,7 +778,7 @@ class LookaheadRuntime:
         self, snapshot: Snapshot, group_id: str, ctx: TransformContext, *, copy_live: bool = True
     ) -> None:
         lookahead = self.lookahead
-        started = self.clock()
+        started = self._lookahead_job_started = self.clock()
         tags = self.tags.lookahead(group_id, commit_deadline_ms=self._commit_deadline_ms())
         with use_tags(tags), doing(lookahead.work):
             if self.policy.needs_summarizer and self._hooks.copies_live_context and copy_live:
@@ -788,6 +816,7 @@ class LookaheadRuntime:
             if not lookahead.promoted:  # promoted: the commit is waiting and prefills it itself
                 await self._warm(group_id)
                 self._lookahead_job_s = self.clock() - started
+                self._time_lookahead_in_turns(self._lookahead_job_s)
 
     async def _warm(self, group_id: str) -> None:
         """Prefill the context the commit would send now: result + suffix that arrived since."""
@@ -1090,6 +1119,13 @@ class LookaheadRuntime:
         and the history's recent growth rate; lets the server order best-effort work by urgency."""
         seconds = self._seconds_until_commit()
         return None if seconds is None else int(seconds * 1000)
+
+    def _time_lookahead_in_turns(self, seconds: float) -> None:
+        """`MainState.lookahead_turns`: a lookahead's start-to-warm time in turns at the
+        history's recent pace."""
+        per_turn = self._pace.seconds_per_turn
+        if per_turn:
+            self.main.lookahead_turns = seconds / per_turn
 
     def _seconds_until_commit(self) -> float | None:
         remaining = self.policy.tokens_until_commit(self.main)

@@ -82,7 +82,9 @@ class LimitTriggered(ContextPolicy):
         growth = main.tokens_per_turn
         reserve = self.next_turn_reserve(main)  # a commit decided ahead comes that much earlier
         lead = (
-            None if growth is None else max(self.lead_turns * growth, main.largest_turn_tokens or 0)
+            None
+            if growth is None
+            else max(self.lead_turns_for(main) * growth, main.largest_turn_tokens or 0)
         )
         predicted = None if lead is None else max(0, hard - reserve - int(lead))
         if self.lookahead_at is None:
@@ -94,6 +96,10 @@ class LimitTriggered(ContextPolicy):
             )
         soft = max(0, soft - reserve)
         return soft if predicted is None else min(soft, predicted)
+
+    def lead_turns_for(self, main: MainState) -> float:
+        """Average turns ahead of the commit the lookahead starts (`soft_tokens`)."""
+        return self.lead_turns
 
     def should_lookahead(self, main: MainState, lookahead: LookaheadState) -> bool:
         return lookahead.status in IDLE_STATES and main.tokens >= self.soft_tokens(main)

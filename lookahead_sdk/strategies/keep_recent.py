@@ -7,6 +7,7 @@ from dataclasses import dataclass
 
 from lookahead_sdk.base.messages import Message, atomic_groups, leading_system_count
 from lookahead_sdk.core.policy import Budget, TransformContext, TransformResult, check_budget
+from lookahead_sdk.core.state import MainState
 from lookahead_sdk.strategies._limits import HARD_LIMIT, LimitTriggered
 
 
@@ -42,12 +43,16 @@ class KeepRecent(LimitTriggered):
     `max_turns` optionally bounds it in assistant turns; the first user message (the task) is
     kept when `keep_task` is set, since an agent that forgets its task is useless.
 
-    Its lookahead starts `lead_turns` (6) average turns ahead of the commit, twice the other
-    strategies' lead: what it prefills (the kept turns, then each turn as it arrives) is what
-    a synchronous commit prefills again, so an earlier start costs no extra compute and gives
-    the warm-up more of the agent's tool waits to run in. Three turns of ~1 s tool calls left a
-    2.4K-token window to be warmed beside the agent's decoding replies, which decode that much
-    slower on a CPU (docs/benchmarks.md, "KeepRecent's lead: six turns")."""
+    Its lookahead starts as many turns ahead of the commit as its newest one took to be warm,
+    plus one, between `min_lead_turns` (3) and `lead_turns` (6); `lead_turns` until one has
+    been timed, or always when `min_lead_turns` is None. What it prefills (the kept turns, then
+    each turn as it arrives) is what a synchronous commit prefills again, so on a slow engine an
+    earlier start costs no extra compute and gives the warm-up more of the agent's tool waits to
+    run in: three turns of ~1 s tool calls left a 2.4K-token window to be warmed beside the
+    agent's decoding replies, which decode that much slower on a CPU. On a fast engine the
+    window is warm within the turn it starts in, and each turn of lead beyond that prefills the
+    turn's tokens twice, once beside the agent's own request (docs/benchmarks.md, "KeepRecent's
+    lead")."""
 
     budget: Budget = 10 / 32
     max_turns: int | None = None
@@ -56,11 +61,23 @@ class KeepRecent(LimitTriggered):
     lookahead_at: Budget | None = None
     lead_turns: float = 6.0
     commit_ahead: bool = True
+    min_lead_turns: float | None = 3.0
 
     name = "keep_recent"
 
     def __post_init__(self) -> None:
         self._check_limits()
+        lowest = self.min_lead_turns
+        if lowest is not None and (
+            isinstance(lowest, bool)
+            or not isinstance(lowest, (int, float))
+            or not 0 < lowest <= self.lead_turns
+        ):
+            raise ValueError(
+                f"min_lead_turns must be positive and at most lead_turns ({self.lead_turns}), got "
+                f"{self.min_lead_turns!r}: lower it, or pass min_lead_turns=None to start the "
+                "lookahead lead_turns ahead every time"
+            )
         check_budget(self.budget, "budget")
         if self.max_turns is not None and (
             not isinstance(self.max_turns, int) or self.max_turns < 1
@@ -76,6 +93,12 @@ class KeepRecent(LimitTriggered):
         self._check_below_hard(
             self.budget, window_tokens, "budget", "the window would never shrink"
         )
+
+    def lead_turns_for(self, main: MainState) -> float:
+        taken = main.lookahead_turns
+        if self.min_lead_turns is None or taken is None:
+            return self.lead_turns
+        return min(self.lead_turns, max(self.min_lead_turns, taken + 1))
 
     def _kept_head(self, messages: Sequence[Message]) -> int:
         """The system messages, and the task (the first user message) when `keep_task` is set."""

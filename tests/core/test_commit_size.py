@@ -191,7 +191,8 @@ def test_runs_make_as_many_commits_as_synchronous_ones_and_hit(
     """Fixed workloads, so the counts are exact. A commit within a turn of the synchronous size
     can move the next commit by a turn, so a run may end between a commit and its synchronous
     counterpart; over twenty runs the counts agree within 3.5% (bursty KeepRecent: 227 against
-    233 at a three-turn lead, 226 at its six-turn default). (Before, a lookahead kept up to
+    233 at a three-turn lead and at its paced one, which is three turns here as nothing takes
+    time; 226 at six). (Before, a lookahead kept up to
     four turns more than a synchronous commit: Summarize runs made 29-42% more commits; then,
     with a result that started too far ahead committed a turn over, up to 4.3% more.) Resizing keeps
     every commit a hit: a result short of turns gets them back, none falls back."""

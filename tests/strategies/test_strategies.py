@@ -317,7 +317,7 @@ def test_soft_trigger_fires_lead_turns_ahead_when_lookahead_at_is_too_late(growt
         [{"role": "system", "content": "s"}], window_tokens=8192, token_counter=COUNTER
     )
     main.tokens_per_turn = float(growth)
-    policy = KeepRecent(lookahead_at=2816, hard_limit=3840, lead_turns=2.0)
+    policy = KeepRecent(lookahead_at=2816, hard_limit=3840, lead_turns=2.0, min_lead_turns=None)
     # The configured trigger, or lead_turns x growth ahead of the commit, whichever is earlier.
     assert policy.soft_tokens(main) == min(2816, 3840 - 2 * growth)
     main.tokens_per_turn = None
