@@ -60,6 +60,7 @@ POOLED_LISTS = (
     "transform_new_tokens",
     "normal_new_tokens",
     "transform_context_tokens",
+    "lookahead_turns",
 )
 POOLED_COUNTS = (
     "transform_turns",
@@ -89,6 +90,8 @@ class RunResult:
     normal_new_tokens: list[int] = field(default_factory=list)
     # Per transform turn: the main context right after its commit (what the next turns build on).
     transform_context_tokens: list[int] = field(default_factory=list)
+    # Per timed lookahead, the turns it took from start to warm (KeepRecent leads by them + 1).
+    lookahead_turns: list[float] = field(default_factory=list)
     transform_turns: int = 0
     lookahead_hits: int = 0
     stale: int = 0
@@ -172,6 +175,7 @@ class RunResult:
             self.transform_turns += turn.is_transform_turn
             self.cached_prompt_tokens += turn.cached_tokens
             self.prefilled_prompt_tokens += max(0, turn.prompt_tokens - turn.cached_tokens)
+        self.lookahead_turns.extend(round(turns, 2) for turns in run.lookahead_turns)
         stats = run.stats
         self.lookahead_hits += stats.hits
         self.stale += stats.stale

@@ -56,6 +56,7 @@ class AgentRun:
     stats: RuntimeStats = field(default_factory=RuntimeStats)
     messages: list[Message] = field(default_factory=list)
     history_tokens_at_last_call: int = 0  # the main history's size when its last call was sent
+    lookahead_turns: list[float] = field(default_factory=list)  # `lookahead_turns_timed`
 
 
 def tool_message(call: dict[str, Any], content: str) -> Message:
@@ -139,6 +140,7 @@ class ReferenceAgent:
                     runtime.append(tool_message(call, output))
                 await runtime.boundary()
             record.stats, record.messages = runtime.stats, list(runtime.main.messages)
+            record.lookahead_turns = list(runtime.lookahead_turns_timed)
         return record
 
     async def _model_turn(

@@ -236,6 +236,8 @@ class LookaheadRuntime:
         self._spent_by_group: dict[str, int] = {}
         self._growth = GrowthRate()
         self._pace = TurnPace()
+        # Per timed lookahead, the turns it took from start to warm (`MainState.lookahead_turns`).
+        self.lookahead_turns_timed: list[float] = []
         self._lookahead_job_s: float | None = None  # the newest finished lookahead, start to warm
         self._lookahead_job_started: float | None = None  # the running lookahead job's start
         # The ready result a running redo replaces, and the background tokens it had cost.
@@ -1126,6 +1128,7 @@ class LookaheadRuntime:
         per_turn = self._pace.seconds_per_turn
         if per_turn:
             self.main.lookahead_turns = seconds / per_turn
+            self.lookahead_turns_timed.append(self.main.lookahead_turns)
 
     def _seconds_until_commit(self) -> float | None:
         remaining = self.policy.tokens_until_commit(self.main)

@@ -57,6 +57,7 @@ class Leads:
 
     turns_ahead: list[int] = field(default_factory=list)
     lookahead_turns: list[float | None] = field(default_factory=list)  # at each commit
+    timed: list[float] = field(default_factory=list)  # `lookahead_turns_timed`, at the end
 
 
 async def leads(policy: KeepRecent, warm_s: float | None, steps: int = 120) -> Leads:
@@ -82,6 +83,7 @@ async def leads(policy: KeepRecent, warm_s: float | None, steps: int = 120) -> L
                     await asyncio.sleep(0)
                 if runtime.stats.lookaheads_started > before and started_at is None:
                     started_at = step
+        result.timed = runtime.lookahead_turns_timed
     return result
 
 
@@ -102,6 +104,8 @@ def test_a_warm_up_taking_three_and_a_half_turns_leads_by_four_and_a_half() -> N
     runs = asyncio.run(leads(policy(), warm_s=3.5 * TURN_S))
     assert len(runs.turns_ahead) >= 4, runs
     assert runs.lookahead_turns == [pytest.approx(3.5)] * len(runs.lookahead_turns), runs
+    assert len(runs.timed) >= len(runs.turns_ahead), runs
+    assert all(turns == pytest.approx(3.5) for turns in runs.timed), runs
     first, *later = runs.turns_ahead
     assert all(lead == first - 2 for lead in later), runs  # 6 -> 4.5 turns ahead
 
