@@ -163,25 +163,30 @@ class GrowthRate:
         return max(0.0, tokens / self.tokens_per_s)
 
 
-class TurnPace:
-    """Exponential moving average of the seconds between the history's assistant turns."""
+class IdlePace:
+    """Exponential moving average of the agent's own idle time per turn: from the end of a model
+    reply (the boundary that adds its assistant turn) to the next model call (`commit`), i.e. its
+    tool calls. About zero where the loop marks no boundary between a reply and its tools."""
 
     def __init__(self, smoothing: float = 0.3) -> None:
         self.smoothing = smoothing
-        self.seconds_per_turn: float | None = None
-        self._last: tuple[float, int] | None = None  # (when, turn) of the newest turn seen
+        self.idle_s_per_turn: float | None = None
+        self._turn: int | None = None
+        self._reply_ended_at: float | None = None
 
-    def observe(self, now: float, turn: int) -> None:
-        last = self._last
-        if last is not None and turn == last[1]:
+    def boundary(self, now: float, turn: int) -> None:
+        if self._turn is not None and turn > self._turn:
+            self._reply_ended_at = now
+        self._turn = turn
+
+    def model_call(self, now: float) -> None:
+        if self._reply_ended_at is None:
             return
-        if last is not None and turn > last[1] and now > last[0]:
-            seconds = (now - last[0]) / (turn - last[1])
-            previous = self.seconds_per_turn
-            self.seconds_per_turn = (
-                seconds if previous is None else previous + self.smoothing * (seconds - previous)
-            )
-        self._last = (now, turn)
+        idle, self._reply_ended_at = max(0.0, now - self._reply_ended_at), None
+        previous = self.idle_s_per_turn
+        self.idle_s_per_turn = (
+            idle if previous is None else previous + self.smoothing * (idle - previous)
+        )
 
 
 class LookaheadRuntime:
@@ -235,7 +240,7 @@ class LookaheadRuntime:
         self._pending_boundary = False
         self._spent_by_group: dict[str, int] = {}
         self._growth = GrowthRate()
-        self._pace = TurnPace()
+        self._pace = IdlePace()
         # Per timed lookahead, the turns it took from start to warm (`MainState.lookahead_turns`).
         self.lookahead_turns_timed: list[float] = []
         self._lookahead_job_s: float | None = None  # the newest finished lookahead, start to warm
@@ -382,6 +387,7 @@ class LookaheadRuntime:
 
     async def commit(self) -> CommitOutcome:
         self._check_open()
+        self._pace.model_call(self.clock())
         self._committing = True
         try:
             outcome = await self._commit()
@@ -699,7 +705,7 @@ class LookaheadRuntime:
     def _on_boundary(self) -> None:
         now = self.clock()
         self._growth.observe(now, self.main.tokens)
-        self._pace.observe(now, self.main.turn)
+        self._pace.boundary(now, self.main.turn)
         self._refresh_due()
         if self.main.awaits_model_call():
             # Whatever starts below must not go to the engine ahead of that call.
@@ -1123,11 +1129,11 @@ class LookaheadRuntime:
         return None if seconds is None else int(seconds * 1000)
 
     def _time_lookahead_in_turns(self, seconds: float) -> None:
-        """`MainState.lookahead_turns`: a lookahead's start-to-warm time in turns at the
-        history's recent pace."""
-        per_turn = self._pace.seconds_per_turn
-        if per_turn:
-            self.main.lookahead_turns = seconds / per_turn
+        """`MainState.lookahead_turns`: a lookahead's start-to-warm time in the agent's idle
+        time per turn (its tool waits, `IdlePace`). Left as it was where the loop shows none."""
+        idle = self._pace.idle_s_per_turn
+        if idle:
+            self.main.lookahead_turns = seconds / idle
             self.lookahead_turns_timed.append(self.main.lookahead_turns)
 
     def _seconds_until_commit(self) -> float | None:

@@ -85,9 +85,10 @@ class MainState:
         self.partial_output: PartialOutput | None = None
         # Smoothed tokens added per assistant turn: lets policies trigger a few turns ahead.
         self.tokens_per_turn: float | None = None
-        # Turns the newest lookahead took from its start until its result was warm on the
-        # server (at least the turns it had run when a commit came first); set by the runtime
-        # that drives this state, None until one has been timed. Lets a policy size its lead.
+        # The newest lookahead's time from its start until its result was warm on the server
+        # (at least the time it had run when a commit came first), in the agent's idle time
+        # per turn (its tool waits): how many turns of tool waits the work took. Set by the
+        # runtime that drives this state, None until one has been timed. Sizes a policy's lead.
         self.lookahead_turns: float | None = None
         self._recent_turn_growth: deque[int] = deque(maxlen=RECENT_TURNS)
         self._turn_growth_tail: deque[int] = deque(maxlen=TAIL_TURNS)

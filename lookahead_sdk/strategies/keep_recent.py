@@ -44,15 +44,17 @@ class KeepRecent(LimitTriggered):
     kept when `keep_task` is set, since an agent that forgets its task is useless.
 
     Its lookahead starts as many turns ahead of the commit as its newest one took to be warm,
-    plus one, between `min_lead_turns` (3) and `lead_turns` (6); `lead_turns` until one has
-    been timed, or always when `min_lead_turns` is None. What it prefills (the kept turns, then
-    each turn as it arrives) is what a synchronous commit prefills again, so on a slow engine an
-    earlier start costs no extra compute and gives the warm-up more of the agent's tool waits to
-    run in: three turns of ~1 s tool calls left a 2.4K-token window to be warmed beside the
-    agent's decoding replies, which decode that much slower on a CPU. On a fast engine the
-    window is warm within the turn it starts in, and each turn of lead beyond that prefills the
-    turn's tokens twice, once beside the agent's own request (docs/benchmarks.md, "KeepRecent's
-    lead")."""
+    counted in the agent's tool waits (`MainState.lookahead_turns`), plus one, between
+    `min_lead_turns` (3) and `lead_turns` (6); `lead_turns` until one has been timed, or always
+    when `min_lead_turns` is None. What it prefills (the kept turns, then each turn as it
+    arrives) is what a synchronous commit prefills again, so on a slow engine an earlier start
+    costs no extra compute and lets the warm-up run in the tool waits: three turns of ~1 s tool
+    calls left a 2.4K-token window to be warmed beside the agent's decoding replies, which
+    decode that much slower on a CPU. A warm-up's own time is no measure of that, since beside
+    the replies it finishes sooner, at their cost; so the lead counts what it took in tool
+    waits. On a fast engine the window is warm within one, and each turn of lead beyond that
+    prefills the turn's tokens twice, once beside the agent's own request (docs/benchmarks.md,
+    "KeepRecent's lead")."""
 
     budget: Budget = 10 / 32
     max_turns: int | None = None

@@ -1,6 +1,7 @@
 """KeepRecent's paced lead: its lookahead starts as many turns ahead of the commit as the newest
-one took to be warm, plus one, within [min_lead_turns, lead_turns]. A fast engine (warm within
-the turn) gets the short lead; one whose warm-ups outlast the lead gets the long one."""
+one took to be warm, counted in the agent's tool waits, plus one, within [min_lead_turns,
+lead_turns]. A fast engine (warm within a tool wait) gets the short lead; one whose warm-ups
+outlast the lead, or a loop that shows no tool waits, the long one."""
 
 from __future__ import annotations
 
@@ -18,7 +19,7 @@ from lookahead_sdk.strategies import KeepRecent
 from ..support.clock import VirtualClock
 from .test_commit_ahead import model_turn, tool_output, workload_runtime
 
-TURN_S = 2.0  # a model turn and a tool call, a second each
+IDLE_S = 1.0  # a model call, then its tool call: a second each (the tool call is the idle)
 
 
 class TimedWarmer(Warmer):
@@ -60,7 +61,11 @@ class Leads:
     timed: list[float] = field(default_factory=list)  # `lookahead_turns_timed`, at the end
 
 
-async def leads(policy: KeepRecent, warm_s: float | None, steps: int = 120) -> Leads:
+async def leads(
+    policy: KeepRecent, warm_s: float | None, steps: int = 120, *, reply_boundary: bool = True
+) -> Leads:
+    """The reference loop (`reply_boundary`: a boundary after the model's reply, and one after
+    its tool output), or the one-boundary pattern (only after the tool output)."""
     clock = VirtualClock()
     result = Leads()
     started_at: int | None = None
@@ -74,10 +79,12 @@ async def leads(policy: KeepRecent, warm_s: float | None, steps: int = 120) -> L
                 result.lookahead_turns.append(runtime.main.lookahead_turns)
                 started_at = None
             for message in (model_turn(step), tool_output(step, 120)):
-                clock.now += TURN_S / 2
+                clock.now += IDLE_S
                 warmer.advance()
                 before = runtime.stats.lookaheads_started
                 runtime.append(message)
+                if message["role"] == "assistant" and not reply_boundary:
+                    continue
                 await runtime.boundary()
                 for _ in range(20):  # let the background work see the new time
                     await asyncio.sleep(0)
@@ -100,14 +107,14 @@ def test_a_lookahead_warm_within_its_turn_shortens_the_next_lead_to_the_minimum(
     assert all(taken == 0.0 for taken in runs.lookahead_turns), runs
 
 
-def test_a_warm_up_taking_three_and_a_half_turns_leads_by_four_and_a_half() -> None:
-    runs = asyncio.run(leads(policy(), warm_s=3.5 * TURN_S))
+def test_a_warm_up_taking_three_tool_waits_leads_by_four() -> None:
+    runs = asyncio.run(leads(policy(), warm_s=3 * IDLE_S))
     assert len(runs.turns_ahead) >= 4, runs
-    assert runs.lookahead_turns == [pytest.approx(3.5)] * len(runs.lookahead_turns), runs
+    assert runs.lookahead_turns == [pytest.approx(3.0)] * len(runs.lookahead_turns), runs
     assert len(runs.timed) >= len(runs.turns_ahead), runs
-    assert all(turns == pytest.approx(3.5) for turns in runs.timed), runs
+    assert all(turns == pytest.approx(3.0) for turns in runs.timed), runs
     first, *later = runs.turns_ahead
-    assert all(lead == first - 2 for lead in later), runs  # 6 -> 4.5 turns ahead
+    assert all(lead == first - 2 for lead in later), runs  # 6 -> 4 turns ahead
 
 
 def test_a_warm_up_the_commit_overtakes_keeps_the_longest_lead() -> None:
@@ -120,6 +127,15 @@ def test_a_warm_up_the_commit_overtakes_keeps_the_longest_lead() -> None:
         assert len(set(runs.turns_ahead)) == 1, runs
     assert slow.turns_ahead == fixed.turns_ahead
     assert all(taken is not None and taken >= 6 for taken in slow.lookahead_turns), slow
+
+
+def test_a_loop_with_no_boundary_between_reply_and_tools_keeps_the_longest_lead() -> None:
+    """Its tool waits are invisible (each reply ends at the boundary before the next call), so
+    nothing is timed and the lead stays at lead_turns even on a fast engine."""
+    simple = asyncio.run(leads(policy(), warm_s=0.0, reply_boundary=False))
+    assert len(simple.turns_ahead) >= 4, simple
+    assert len(set(simple.turns_ahead)) == 1, simple
+    assert simple.timed == [], simple
 
 
 @pytest.mark.parametrize(
