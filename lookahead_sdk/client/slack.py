@@ -19,6 +19,7 @@ from collections.abc import Callable
 from typing import Literal
 from urllib.parse import urlsplit
 
+from lookahead_sdk.base.averages import moving_average
 from lookahead_sdk.base.tags import BackgroundWork, current_tags, current_work
 
 GENERATION_PATH_SUFFIXES = ("/chat/completions", "/completions", "/completion", "/generate")
@@ -466,10 +467,7 @@ class BatchSizer:
         if tokens <= 0 or seconds <= 0 or batch_tokens <= 0:
             return
         rate = tokens / seconds
-        previous = self.tokens_per_s
-        self.tokens_per_s = (
-            rate if previous is None else previous + self.smoothing * (rate - previous)
-        )
+        self.tokens_per_s = moving_average(self.tokens_per_s, rate, self.smoothing)
         per_batch_s = seconds / -(-tokens // batch_tokens)
         proposal = batch_tokens * self.target_s / per_batch_s
         self._tokens += self.smoothing * (proposal - self._tokens)

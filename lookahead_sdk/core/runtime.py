@@ -33,6 +33,7 @@ from dataclasses import asdict, dataclass, fields, replace
 from enum import StrEnum
 from typing import Any, ClassVar
 
+from lookahead_sdk.base.averages import moving_average
 from lookahead_sdk.base.completion import CompletionClient
 from lookahead_sdk.base.messages import Message, atomic_groups, calls_tools, validate_messages
 from lookahead_sdk.base.protocol import RequestTags, check_id
@@ -151,10 +152,7 @@ class GrowthRate:
     def observe(self, now: float, tokens: int) -> None:
         if self._last is not None and now > self._last[0] and tokens > self._last[1]:
             rate = (tokens - self._last[1]) / (now - self._last[0])
-            previous = self.tokens_per_s
-            self.tokens_per_s = (
-                rate if previous is None else previous + self.smoothing * (rate - previous)
-            )
+            self.tokens_per_s = moving_average(self.tokens_per_s, rate, self.smoothing)
         self._last = (now, tokens)
 
     def seconds_until(self, tokens: int) -> float | None:
@@ -183,10 +181,7 @@ class IdlePace:
         if self._reply_ended_at is None:
             return
         idle, self._reply_ended_at = max(0.0, now - self._reply_ended_at), None
-        previous = self.idle_s_per_turn
-        self.idle_s_per_turn = (
-            idle if previous is None else previous + self.smoothing * (idle - previous)
-        )
+        self.idle_s_per_turn = moving_average(self.idle_s_per_turn, idle, self.smoothing)
 
 
 class LookaheadRuntime:

@@ -9,6 +9,7 @@ from dataclasses import dataclass, field, fields
 from enum import StrEnum
 from typing import Any
 
+from lookahead_sdk.base.averages import moving_average
 from lookahead_sdk.base.messages import (
     Message,
     chain_digest,
@@ -241,8 +242,7 @@ class MainState:
         growth = tokens - previous
         self._recent_turn_growth.append(growth)
         self._turn_growth_tail.append(growth)
-        smoothed = self.tokens_per_turn
-        self.tokens_per_turn = growth if smoothed is None else smoothed + 0.3 * (growth - smoothed)
+        self.tokens_per_turn = moving_average(self.tokens_per_turn, growth, 0.3)
 
     def set_partial_output(self, partial: PartialOutput | None) -> None:
         """The assistant output streaming right now (e.g. a delegation instruction being written)."""
