@@ -11,10 +11,10 @@ the decode for less than apart. Each round, on fresh slots:
 - `apart`: a reply decodes `--decode-tokens` tokens over a `--context`-token prompt in slot 0,
   then a `--prefill-tokens` prompt is prefilled in slot 2 in one latency-critical request (the
   synchronous sub-agent's first request);
-- `beside`: the same reply, and the same prompt prefilled best-effort in `--chunk-tokens`
-  requests starting when the reply's first token is out (the warm-up).
+- `beside-N`: the same reply, and the same prompt prefilled best-effort in requests of N
+  tokens (each of `--chunk-tokens`) starting when the reply's first token is out (the warm-up).
 
-Both orders alternate between repeats, so a drift of the machine favours neither.
+The modes' order rotates between repeats, so a drift of the machine favours none.
 
     python scripts/decode_beside_prefill.py --json docs/results/diagnostics/decode_beside_prefill.json
 """
@@ -37,7 +37,6 @@ from lookahead_sdk.engine.config import EngineConfig
 from lookahead_sdk.engine.server import ensure_engine, stop_engine
 
 REPLY_SLOT, PREFILL_SLOT = 0, 2  # a program's live slot and its branch (`SlotPairs.enroll`)
-MODES = ("apart", "beside")
 
 
 def token_ids(seed: int, count: int) -> list[int]:
@@ -53,9 +52,11 @@ async def _post(client: httpx.AsyncClient, body: dict[str, Any]) -> dict[str, An
 
 
 async def _decode(
-    client: httpx.AsyncClient, prompt: list[int], tokens: int, first_token: asyncio.Event
+    base_url: str, prompt: list[int], tokens: int, first_token: asyncio.Event
 ) -> float:
-    """Stream the reply; set `first_token` when its first token is out; seconds to its end."""
+    """Stream the reply; set `first_token` when its first token is out; seconds to its end.
+    On a connection of its own: llama-server closes a streamed response's connection, which a
+    shared client would then try to reuse."""
     started = time.perf_counter()
     body = {
         "prompt": prompt,
@@ -66,7 +67,10 @@ async def _decode(
         "id_slot": REPLY_SLOT,
         "stream": True,
     }
-    async with client.stream("POST", "/completion", json=body) as response:
+    async with (
+        httpx.AsyncClient(base_url=base_url, timeout=600) as client,
+        client.stream("POST", "/completion", json=body) as response,
+    ):
         response.raise_for_status()
         async for line in response.aiter_lines():
             if line.startswith("data: "):
@@ -96,7 +100,7 @@ async def _prefill(
 async def one_round(
     client: httpx.AsyncClient, mode: str, seed: int, args: argparse.Namespace
 ) -> dict[str, Any]:
-    if not erase_llamacpp_slots(str(client.base_url).rstrip("/")):
+    if not erase_llamacpp_slots(str(client.base_url).rstrip("/")):  # nothing cached
         raise RuntimeError(f"could not erase the slots of {client.base_url}")
     context = token_ids(seed, args.context)
     prompt = token_ids(seed + 1, args.prefill_tokens)
@@ -105,14 +109,16 @@ async def one_round(
         client, {"prompt": context, "n_predict": 0, "cache_prompt": True, "id_slot": REPLY_SLOT}
     )
     first_token = asyncio.Event()
+    base_url = str(client.base_url).rstrip("/")
     started = time.perf_counter()
     if mode == "apart":
-        decode_s = await _decode(client, context, args.decode_tokens, first_token)
+        decode_s = await _decode(base_url, context, args.decode_tokens, first_token)
         prefill_s = await _prefill(client, prompt, len(prompt), best_effort=False)
     else:
-        reply = asyncio.create_task(_decode(client, context, args.decode_tokens, first_token))
+        chunk = int(mode.removeprefix("beside-"))
+        reply = asyncio.create_task(_decode(base_url, context, args.decode_tokens, first_token))
         await first_token.wait()
-        prefill_s = await _prefill(client, prompt, args.chunk_tokens, best_effort=True)
+        prefill_s = await _prefill(client, prompt, chunk, best_effort=True)
         decode_s = await reply
     return {
         "mode": mode,
@@ -127,10 +133,11 @@ async def measure(args: argparse.Namespace) -> dict[str, Any]:
     handle = ensure_engine(
         EngineConfig(port=args.port, slots=3, ctx_per_slot=8192), show_progress=False
     )
+    modes = ["apart", *(f"beside-{chunk}" for chunk in args.chunk_tokens)]
     plan = [
-        (repeat, mode)
+        (repeat, modes[(repeat + index) % len(modes)])
         for repeat in range(args.repeats)
-        for mode in (MODES if repeat % 2 == 0 else MODES[::-1])
+        for index in range(len(modes))
     ]
     rounds: list[dict[str, Any]] = []
     try:
@@ -140,19 +147,19 @@ async def measure(args: argparse.Namespace) -> dict[str, Any]:
                 rounds.append({"repeat": repeat, **result})
     finally:
         stop_engine(args.port)
-    walls = {mode: [r["wall_s"] for r in rounds if r["mode"] == mode] for mode in MODES}
-    ratios = [
-        round(beside / apart, 3)
-        for apart, beside in zip(walls["apart"], walls["beside"], strict=True)
-    ]
+    walls = {mode: [r["wall_s"] for r in rounds if r["mode"] == mode] for mode in modes}
+    ratios = {
+        mode: [round(b / a, 3) for a, b in zip(walls["apart"], walls[mode], strict=True)]
+        for mode in modes[1:]
+    }
     return {
         "setup": (
             f"embedded engine, 3 slots of 8192 tokens; per round on erased slots: a reply of "
             f"{args.decode_tokens} tokens over a cached {args.context}-token prompt (slot "
             f"{REPLY_SLOT}) and a {args.prefill_tokens}-token prompt prefilled (slot "
             f"{PREFILL_SLOT}): apart = the reply, then the prompt in one latency-critical "
-            f"request; beside = the prompt best-effort in {args.chunk_tokens}-token requests "
-            "from the reply's first token on; the two orders alternate between repeats"
+            "request; beside-N = the prompt best-effort in N-token requests from the reply's "
+            "first token on; the modes' order rotates between repeats"
         ),
         "context_tokens": args.context,
         "decode_tokens": args.decode_tokens,
@@ -160,10 +167,11 @@ async def measure(args: argparse.Namespace) -> dict[str, Any]:
         "chunk_tokens": args.chunk_tokens,
         "rounds": rounds,
         "summary": {
-            "apart_wall_s": walls["apart"],
-            "beside_wall_s": walls["beside"],
-            "beside_over_apart_each_repeat": ratios,
-            "beside_over_apart_median": round(statistics.median(ratios), 3),
+            "wall_s": walls,
+            "over_apart_each_repeat": ratios,
+            "over_apart_median": {
+                mode: round(statistics.median(each), 3) for mode, each in ratios.items()
+            },
         },
     }
 
@@ -175,17 +183,19 @@ def main() -> None:
     parser.add_argument("--context", type=int, default=800, help="the reply's cached prompt")
     parser.add_argument("--decode-tokens", type=int, default=80, help="the delegation's reply")
     parser.add_argument("--prefill-tokens", type=int, default=800, help="the sub-agent's context")
-    parser.add_argument("--chunk-tokens", type=int, default=128, help="a warm-up chunk")
-    parser.add_argument("--repeats", type=int, default=6)
+    parser.add_argument(
+        "--chunk-tokens",
+        type=lambda text: [int(part) for part in text.split(",")],
+        default=[128, 800],
+        help="comma-separated warm-up chunk sizes to compare (default 128,800)",
+    )
+    parser.add_argument("--repeats", type=int, default=10)
     args = parser.parse_args()
     document = asyncio.run(measure(args))
     write_json(args.json, document)
     summary = document["summary"]
-    print(
-        f"apart {summary['apart_wall_s']} s, beside {summary['beside_wall_s']} s, "
-        f"beside/apart per repeat {summary['beside_over_apart_each_repeat']} "
-        f"(median {summary['beside_over_apart_median']})"
-    )
+    for mode, each in summary["over_apart_each_repeat"].items():
+        print(f"{mode} / apart per repeat {each} (median {summary['over_apart_median'][mode]})")
     print(f"wrote {args.json}")
 
 
