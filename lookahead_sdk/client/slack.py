@@ -186,6 +186,14 @@ class ForegroundRegistry:
         with self._lock:
             return self._prefilling + self._announced()
 
+    def prefilling_except(self, program_id: str | None) -> int:
+        """`prefilling`, less `program_id`'s own announced model call: the latency-critical
+        prompts that another program's best-effort work would wait behind."""
+        with self._lock:
+            self._announced()  # drops announcements past due
+            others = sum(1 for announced in self._expected if announced != program_id)
+            return self._prefilling + others
+
     def idle_share(self, window_s: float) -> float:
         """The share of the last `window_s` seconds (at most `BUSY_KEPT_S`, or the time since
         this registry was made if shorter) in which no latency-critical request was in flight:

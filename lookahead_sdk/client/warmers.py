@@ -248,9 +248,18 @@ class LlamaCppWarmer(_HttpWarmer):
         lookahead: a warm-up of the same lookahead whose task starts only after this call (the
         suffix a boundary just before the commit appended) must not send chunks either, or the
         commit waits for them until `warmup_wait_timeout_s` (traced: 2 s on a KeepRecent commit,
-        behind a chunk that itself waited 1 s for the commit's own announced request)."""
+        behind a chunk that itself waited 1 s for the commit's own announced request).
+
+        The chunk in flight is waited for only while no other program's latency-critical
+        prompt waits for its first token. While one does, the embedded engine gives best-effort
+        prompt tokens no batch (priority-aware batching), so the chunk ends only after those
+        prompts, and the commit's request, pinned to the same slot, waits for it: False, and
+        the runtime cancels it at once (what it computed stays cached; llama-server frees the
+        slot once it sees the request gone, within its 1 s connection poll). Traced with four
+        agents, a sub-agent's first request waited the whole 2 s for a chunk sent 3.6 s before
+        the delegation ended, then 3.3 s more for a copy into that slot."""
         self._branch(program_id).finishing = True
-        return True
+        return self.session.foreground.prefilling_except(program_id) == 0
 
     def live_prefix(self, program_id: str, share: float, shared_messages: int = 0) -> None:
         """The program's next warm-up starts with `share` (in tokens; its first `shared_messages`

@@ -208,6 +208,23 @@ def test_idle_share_counts_overlapping_requests_once() -> None:
     assert registry.idle_share(now - ended - 0.05) == 1.0  # nothing in flight in that window
 
 
+def test_prefilling_except_leaves_out_only_that_programs_own_announced_call() -> None:
+    registry = ForegroundRegistry()
+    registry.expect("p")  # the committing program's own model call, announced
+    assert registry.prefilling == 1 and registry.prefilling_except("p") == 0
+    registry.expect("q")
+    assert registry.prefilling_except("p") == 1  # another program's call counts
+    other = registry.begin("q")  # sent: in flight, no first token yet
+    assert registry.prefilling_except("p") == 1
+    other.first_token()  # decoding: best-effort prompt tokens fill its batches again
+    assert registry.prefilling_except("p") == 0
+    untagged = registry.begin()  # an untagged request takes the oldest announcement, "p"'s
+    assert registry.prefilling_except("p") == 1
+    untagged.end()
+    other.end()
+    assert registry.prefilling_except(None) == 0
+
+
 def test_gate_settings_are_checked_by_name() -> None:
     with pytest.raises(ValueError, match="due_within_s must be positive"):
         SlackGate(ForegroundRegistry(), due_within_s=0)
@@ -1139,6 +1156,37 @@ async def test_a_commits_finish_also_stops_a_warm_up_of_its_lookahead_that_start
         with use_tags(RequestTags("p").lookahead("g2")):
             after = await warmer.warm(messages, shape=RequestShape())
         assert after.complete and len(stub_server.bodies("completion")) == 2
+    finally:
+        warmer.detach("p")
+        await warmer.aclose()
+
+
+async def test_a_commit_does_not_wait_for_a_chunk_that_other_programs_prompts_starve(
+    stub_server: RecordingProxy,
+    llamacpp_session: ServerSession,
+) -> None:
+    """While another program's latency-critical prompt waits for its first token the embedded
+    engine gives best-effort prompts no batch: the chunk in flight is not worth the commit's
+    wait (False: cancel it). Either way the warm-up sends no further chunk."""
+    from lookahead_sdk.core.warmer import RequestShape
+
+    session = llamacpp_session
+    warmer = warmer_of_fixed_tokens(session, SlackGate(session.foreground, admit="decode"), 64)
+    messages: list[Message] = [{"role": "user", "content": "hi"}]
+    try:
+        with use_tags(RequestTags("p").lookahead("g1")):
+            await warmer.warm(messages, shape=RequestShape())
+        session.foreground.expect("p")  # the commit's own model call does not count
+        assert warmer.finish_warm_up("p")
+        other = session.foreground.begin("q")  # another agent's prompt, prefilling
+        assert not warmer.finish_warm_up("p")
+        prompts_render_to(warmer, 96)
+        with use_tags(RequestTags("p").lookahead("g1")):
+            late = await asyncio.wait_for(warmer.warm(messages, shape=RequestShape()), 5)
+        assert not late.complete and len(stub_server.bodies("completion")) == 1
+        other.first_token()  # decoding: a chunk runs beside it again
+        assert warmer.finish_warm_up("p")
+        other.end()
     finally:
         warmer.detach("p")
         await warmer.aclose()
