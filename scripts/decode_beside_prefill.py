@@ -32,16 +32,12 @@ import httpx
 from rich.progress import track
 
 from lookahead_sdk.bench.common import write_json
+from lookahead_sdk.bench.embedded_batches import random_token_ids
 from lookahead_sdk.bench.ttft import erase_llamacpp_slots
 from lookahead_sdk.engine.config import EngineConfig
 from lookahead_sdk.engine.server import ensure_engine, stop_engine
 
 REPLY_SLOT, PREFILL_SLOT = 0, 2  # a program's live slot and its branch (`SlotPairs.enroll`)
-
-
-def token_ids(seed: int, count: int) -> list[int]:
-    rng = random.Random(seed)
-    return [rng.randint(1000, 45000) for _ in range(count)]  # no special tokens in this range
 
 
 async def _post(client: httpx.AsyncClient, body: dict[str, Any]) -> dict[str, Any]:
@@ -102,8 +98,8 @@ async def one_round(
 ) -> dict[str, Any]:
     if not erase_llamacpp_slots(str(client.base_url).rstrip("/")):  # nothing cached
         raise RuntimeError(f"could not erase the slots of {client.base_url}")
-    context = token_ids(seed, args.context)
-    prompt = token_ids(seed + 1, args.prefill_tokens)
+    context = random_token_ids(random.Random(seed), args.context)
+    prompt = random_token_ids(random.Random(seed + 1), args.prefill_tokens)
     # The reply's context is cached, as a live slot's is when its program's turn starts.
     await _post(
         client, {"prompt": context, "n_predict": 0, "cache_prompt": True, "id_slot": REPLY_SLOT}

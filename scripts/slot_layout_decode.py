@@ -26,6 +26,7 @@ import httpx
 from rich.progress import track
 
 from lookahead_sdk.bench.common import write_json
+from lookahead_sdk.bench.embedded_batches import random_token_ids
 from lookahead_sdk.bench.ttft import erase_llamacpp_slots
 from lookahead_sdk.engine.config import EngineConfig
 from lookahead_sdk.engine.server import ensure_engine, stop_engine
@@ -33,11 +34,6 @@ from lookahead_sdk.engine.server import ensure_engine, stop_engine
 LAYOUTS: dict[str, tuple[int, ...]] = {"consecutive": (0, 1, 2, 3), "spread": (0, 2, 4, 6)}
 SLOTS = 8
 BESIDE_TOKENS = (0, 512)  # best-effort prefill tokens beside the decodes: none, then a chunk
-
-
-def token_ids(seed: int, count: int) -> list[int]:
-    rng = random.Random(seed)
-    return [rng.randint(1000, 45000) for _ in range(count)]  # no special tokens in this range
 
 
 async def decode_round(
@@ -48,7 +44,7 @@ async def decode_round(
     slots = LAYOUTS[layout]
     if not erase_llamacpp_slots(str(client.base_url).rstrip("/")):
         raise RuntimeError(f"could not erase the slots of {client.base_url}")
-    prompts = [token_ids(10 + index, context) for index in range(len(slots))]
+    prompts = [random_token_ids(random.Random(10 + index), context) for index in range(len(slots))]
     for slot, prompt in zip(slots, prompts, strict=True):
         body = {"prompt": prompt, "n_predict": 0, "id_slot": slot, "cache_prompt": True}
         (await client.post("/completion", json=body)).raise_for_status()
@@ -68,7 +64,7 @@ async def decode_round(
     ]
     if beside:
         body = {
-            "prompt": token_ids(99, beside),
+            "prompt": random_token_ids(random.Random(99), beside),
             "n_predict": 1,
             "id_slot": slots[-1] + 1,
             "cache_prompt": True,

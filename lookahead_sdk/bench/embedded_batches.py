@@ -107,8 +107,8 @@ async def measure_embedded_batches(
     levels = sorted(plan.prefix_levels)
     pair_levels = sorted(plan.concurrent_prefix_levels, reverse=True)
     slot_prefixes = (
-        _random_tokens(rng, max([*levels, *pair_levels], default=0)),
-        _random_tokens(rng, max(pair_levels, default=0)),
+        random_token_ids(rng, max([*levels, *pair_levels], default=0)),
+        random_token_ids(rng, max(pair_levels, default=0)),
     )
     samples: list[BatchMeasurement] = []
 
@@ -130,7 +130,7 @@ async def measure_embedded_batches(
                     samples.extend(_single_samples(reach))
                     done()
                 for new_tokens in plan.new_tokens:  # fresh new tokens: only the prefix is cached
-                    prompt = slot_prefixes[0][:level] + _random_tokens(rng, new_tokens)
+                    prompt = slot_prefixes[0][:level] + random_token_ids(rng, new_tokens)
                     (single,) = await complete([prompt], 0)
                     samples.extend(_single_samples(single))
                     done()
@@ -140,7 +140,8 @@ async def measure_embedded_batches(
             for level in pair_levels:
                 for new_tokens in plan.concurrent_new_tokens:
                     prompts = [
-                        prefix[:level] + _random_tokens(rng, new_tokens) for prefix in slot_prefixes
+                        prefix[:level] + random_token_ids(rng, new_tokens)
+                        for prefix in slot_prefixes
                     ]
                     samples.extend(_pair_samples(await complete(prompts, None)))
                     done(2)
@@ -237,7 +238,8 @@ def fastest_per_shape(samples: Sequence[BatchMeasurement]) -> tuple[BatchMeasure
     return tuple(fastest.values())
 
 
-def _random_tokens(rng: random.Random, count: int) -> list[int]:
+def random_token_ids(rng: random.Random, count: int) -> list[int]:
+    """`count` token ids no cache holds, none of them special: a prompt for timing the engine."""
     low, high = _TOKEN_ID_RANGE
     return [rng.randrange(low, high) for _ in range(count)]
 
