@@ -150,3 +150,17 @@ def answered_prefix_end(messages: Sequence[Message], start: int = 0) -> int:
             end = begin
         break
     return end
+
+
+def orphaned_results(messages: Sequence[Message]) -> list[int]:
+    """Indices of tool results that follow no call of theirs (the nearest assistant turn before
+    them did not make it): a context servers reject."""
+    called: set[str] = set()
+    orphans = []
+    for index, message in enumerate(messages):
+        role = message.get("role")
+        if role == "assistant":
+            called = {call["id"] for call in message.get("tool_calls") or ()}
+        elif role == "tool" and message.get("tool_call_id") not in called:
+            orphans.append(index)
+    return orphans

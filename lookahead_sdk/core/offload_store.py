@@ -76,10 +76,12 @@ class OffloadStore:
 
     def read(self, key: str, *, offset: int = 0, max_chars: int | None = None) -> str:
         """A window of an offloaded output, for read-back tools with bounded replies."""
-        if offset < 0:
-            raise ValueError(f"offset must be >= 0, got {offset}")
-        if max_chars is not None and max_chars <= 0:
-            raise ValueError(f"max_chars must be positive or None, got {max_chars}")
+        if isinstance(offset, bool) or not isinstance(offset, int) or offset < 0:
+            raise ValueError(f"offset must be an int >= 0 (a character position), got {offset!r}")
+        if max_chars is not None and (
+            isinstance(max_chars, bool) or not isinstance(max_chars, int) or max_chars <= 0
+        ):
+            raise ValueError(f"max_chars must be a positive int or None, got {max_chars!r}")
         text = self.get(key)
         end = None if max_chars is None else offset + max_chars
         return text[offset:end]

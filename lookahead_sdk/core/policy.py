@@ -222,9 +222,10 @@ class Pipeline(ContextPolicy):
             flat.extend(stage.stages if isinstance(stage, Pipeline) else (stage,))
         if not flat:
             raise ValueError("Pipeline needs at least one stage")
-        if any(stage.commit_mode != "replace" for stage in flat) and len(flat) > 1:
+        if any(stage.commit_mode != "replace" for stage in flat):
             raise ValueError(
-                "a spawning policy (Isolate) cannot be composed in a Pipeline; run it on its own runtime"
+                "a spawning policy (Isolate) cannot be composed in a Pipeline, not even alone (a "
+                "pipeline replaces the history it commits): pass it on its own runtime as it is"
             )
         self.stages = tuple(flat)
         self.name = "+".join(stage.name for stage in flat)

@@ -35,7 +35,14 @@ from typing import Any, ClassVar
 
 from lookahead_sdk.base.averages import moving_average
 from lookahead_sdk.base.completion import CompletionClient
-from lookahead_sdk.base.messages import Message, atomic_groups, calls_tools, validate_messages
+from lookahead_sdk.base.messages import (
+    Message,
+    answered_prefix_end,
+    atomic_groups,
+    calls_tools,
+    orphaned_results,
+    validate_messages,
+)
 from lookahead_sdk.base.protocol import RequestTags, check_id
 from lookahead_sdk.base.tags import current_tags, doing, use_tags
 from lookahead_sdk.base.tokens import count_message
@@ -64,6 +71,7 @@ STATE_FORMAT_VERSION = 1
 NO_WARMER = Warmer()  # every hook a no-op: the runtime without a warmer calls these
 RESIZED_SMALLER = "resized: less growth than expected"
 RESIZED_SUFFIX = "resized: the suffix holds what the transform rewrites"
+ORPHANED_RESULT = "the result would orphan a tool result (its call dropped)"
 
 
 # A result redone to the synchronous size must be ready before the commit with this margin over
@@ -341,6 +349,17 @@ class LookaheadRuntime:
 
     async def stream_boundary(self, text: str, *, tool_name: str | None = None) -> None:
         """The assistant output streamed so far (used by Isolate to prefill while it is written)."""
+        self._check_open()
+        if not isinstance(text, str):
+            raise InvalidInputError(
+                f"stream_boundary(text=...) takes the output streamed so far as a str, got "
+                f"{type(text).__name__}"
+            )
+        if tool_name is not None and not isinstance(tool_name, str):
+            raise InvalidInputError(
+                f"stream_boundary(tool_name=...) takes the called tool's name or None, got "
+                f"{type(tool_name).__name__}"
+            )
         self.main.set_partial_output(PartialOutput(text, tool_name))
         await self.boundary()
 
@@ -375,10 +394,16 @@ class LookaheadRuntime:
 
     # -- committing --------------------------------------------------------------------------
     async def prepare(self) -> list[Message]:
-        """The context for the next model call: commits first when the policy says the limit hit."""
+        """The context for the next model call: commits first when the policy says the limit hit.
+        Each message is a copy of the history's (its content parts and tool calls are shared:
+        copy those before editing them in place), so a caller may set a field on what it sends
+        (a cache breakpoint, say) without changing the history behind the signatures that keep
+        stale results from committing. A shallow copy keeps the call O(new messages) in cost."""
         if self._target.applies_before_model_call():
-            return (await self.commit()).messages
-        return list(self.main.messages)
+            messages = (await self.commit()).messages
+        else:
+            messages = self.main.messages
+        return [dict(message) for message in messages]
 
     async def commit(self) -> CommitOutcome:
         self._check_open()
@@ -435,10 +460,12 @@ class LookaheadRuntime:
         self._drop_if_stale()
         await self._take_standby_if_it_fits()
         waited = await self._resolve_running_job()
+        orphaning = self._orphans_results(lookahead)
         if (
             lookahead.status is LookaheadStatus.READY
             and lookahead.covers(main)
             and lookahead.messages is not None
+            and not orphaning
         ):
             end = lookahead.last_segment_end
             messages = self._committed_as_is(lookahead)
@@ -498,6 +525,8 @@ class LookaheadRuntime:
                     )
                 )
             reason = RESIZED_SMALLER  # its kept suffix was rewritten: the synchronous transform
+        elif orphaning:
+            reason = ORPHANED_RESULT
         else:
             reason = (
                 "not started"
@@ -524,6 +553,18 @@ class LookaheadRuntime:
             TransformResult(list(lookahead.messages or ()), dict(lookahead.strategy_data)),
             self.main.messages[lookahead.last_segment_end :],
         )
+
+    def _orphans_results(self, lookahead: LookaheadState) -> bool:
+        """Whether committing a ready result as it is would leave a tool result without its call
+        where the history has none (a policy that dropped a turn whose results came later)."""
+        if (
+            lookahead.status is not LookaheadStatus.READY
+            or lookahead.messages is None
+            or not lookahead.covers(self.main)
+        ):
+            return False
+        assembled = self._committed_as_is(lookahead)
+        return bool(orphaned_results(assembled)) and not orphaned_results(self.main.messages)
 
     def _hit_transforms(self, messages: list[Message]) -> tuple[bool, bool]:
         """Whether a hit's assembled context is transformed once more at the commit: it is
@@ -555,7 +596,9 @@ class LookaheadRuntime:
         misfit = self._growth_misfit(at_commit=True, lookahead=result)
         if misfit < -self._one_turn_tokens() or self._keeps_too_much(result, misfit):
             return
-        if any(self._hit_transforms(self._committed_as_is(result))):
+        if self._orphans_results(result) or any(
+            self._hit_transforms(self._committed_as_is(result))
+        ):
             return
         redo = lookahead.group_id
         await self._cancel_job()
@@ -798,11 +841,20 @@ class LookaheadRuntime:
                     self.config.transform_timeout_s,
                 )
                 validate_messages(result.messages)  # an invalid result falls back at commit
-            except asyncio.CancelledError:
+            except asyncio.CancelledError as error:
                 self._account(
                     group_id, ctx.usage.uncached_prompt_tokens, ctx.usage.completion_tokens
                 )
-                raise
+                task = asyncio.current_task()
+                if task is not None and task.cancelling():
+                    raise  # the runtime cancelled this job (a commit, a stale result, close)
+                # Cancelled from elsewhere: an LLM call on a loop that shut down (AutoGen's
+                # summary on the agent's loop when its asyncio.run ended). A failure, so the
+                # next boundary can start again; left RUNNING, no lookahead would ever start.
+                log.warning("lookahead transform %s was cancelled from outside", group_id)
+                if lookahead.group_id == group_id and lookahead.status is LookaheadStatus.RUNNING:
+                    self._fail(error)
+                return
             except Exception as error:  # a failing lookahead must never break the agent
                 log.warning("lookahead transform %s failed: %r", group_id, error)
                 self._account(
@@ -1002,14 +1054,14 @@ class LookaheadRuntime:
         lookahead, main = self.lookahead, self.main
         if misfit <= 0 or lookahead.kept_from is None:
             return False
-        if lookahead.kept_from < lookahead.last_segment_end:
+        if not _keeps_none(main.messages[: lookahead.last_segment_end], lookahead.kept_from):
             return False  # it kept part of the history: within a turn is as close as it gets
         synchronous_from = self._kept_from_now(synchronous=True)
         if synchronous_from is None:
             return False
         synchronous_keeps = main.tokens_between(synchronous_from)
         growth = self._expected_growth_until_commit()
-        as_it_is = main.tokens_between(lookahead.last_segment_end) + growth
+        as_it_is = main.tokens_between(lookahead.kept_from) + growth
         if not as_it_is - synchronous_keeps > one_turn / 2 >= growth - synchronous_keeps:
             return False
         until_commit_ms = self._commit_deadline_ms()
@@ -1034,7 +1086,7 @@ class LookaheadRuntime:
             return False
         kept_from = self._kept_from_now(synchronous=False)
         turns = self.main.recent_turn_tokens
-        if kept_from is None or kept_from < len(self.main) or not turns:
+        if kept_from is None or not _keeps_none(self.main.messages, kept_from) or not turns:
             return False
         synchronous_from = self._kept_from_now(synchronous=True)
         if synchronous_from is None:
@@ -1165,7 +1217,7 @@ class LookaheadRuntime:
             "version": STATE_FORMAT_VERSION,
             "policy": self.policy.name,
             "program_id": self.program_id,
-            "messages": list(self.main.messages),
+            "messages": [dict(message) for message in self.main.messages],  # as `prepare`
             "turn": self.main.turn,
             "commit_due_at": (
                 [self._commit_due_at[0], self._commit_due_at[1].hex()]
@@ -1174,16 +1226,25 @@ class LookaheadRuntime:
             ),
             "stats": asdict(self.stats),
             "model_calls_made": self._model_calls_made,
+            "spawned_at": None if self._spawned_at is None else self._spawned_at.hex(),
+            # What the runtime learned of the agent's pace, so a restored one starts its
+            # lookaheads when the original would have (clock readings are not kept).
+            "growth": {
+                **self.main.growth_state(),
+                "tokens_per_s": self._growth.tokens_per_s,
+                "idle_s_per_turn": self._pace.idle_s_per_turn,
+                "lookahead_job_s": self._lookahead_job_s,
+            },
             "lookahead": {"status": lookahead.status.value},
         }
         if lookahead.status is LookaheadStatus.READY and lookahead.messages is not None:
             saved["lookahead"] = {
                 "status": "ready",
-                "messages": list(lookahead.messages),
+                "messages": [dict(message) for message in lookahead.messages],
                 "last_segment_end": lookahead.last_segment_end,
                 "covered_signature": lookahead.covered_signature.hex(),
                 "group_id": lookahead.group_id,
-                "strategy_data": lookahead.strategy_data,
+                "strategy_data": copy.deepcopy(lookahead.strategy_data),
                 "kept_from": lookahead.kept_from,
                 "warmed_end": lookahead.warmed_end,
             }
@@ -1206,7 +1267,21 @@ class LookaheadRuntime:
             program_id = _saved_program_id(state, program_id)
         if self._job is not None:
             self._job.cancel()
-        self.main, self.lookahead, self.stats, self._commit_due_at, calls_made = restored
+        (
+            self.main,
+            self.lookahead,
+            self.stats,
+            self._commit_due_at,
+            calls_made,
+            self._spawned_at,
+            growth,
+        ) = restored
+        if growth is not None:
+            self._growth = GrowthRate()
+            self._growth.tokens_per_s = growth["tokens_per_s"]
+            self._pace = IdlePace()
+            self._pace.idle_s_per_turn = growth["idle_s_per_turn"]
+            self._lookahead_job_s = growth["lookahead_job_s"]
         self._model_calls_made = calls_made
         self._calls_left_from_limit()
         self._pending_boundary = False
@@ -1277,7 +1352,15 @@ def _saved_program_id(state: Mapping[str, Any], current: str) -> str:
 
 def _read_state(
     state: Mapping[str, Any], policy_name: str, current: MainState
-) -> tuple[MainState, LookaheadState, RuntimeStats, tuple[int, bytes] | None, int]:
+) -> tuple[
+    MainState,
+    LookaheadState,
+    RuntimeStats,
+    tuple[int, bytes] | None,
+    int,
+    bytes | None,
+    Mapping[str, Any] | None,
+]:
     """Everything `load_state` swaps in, built from `state` without touching the runtime."""
     if not isinstance(state, Mapping) or state.get("version") != STATE_FORMAT_VERSION:
         raise InvalidInputError(
@@ -1307,6 +1390,19 @@ def _read_state(
             commit_due_at = (_non_negative_int(end), bytes.fromhex(signature))
         field_name = "state.model_calls_made"
         calls_made = _non_negative_int(state.get("model_calls_made", 0))
+        field_name = "state.spawned_at"
+        spawned = state.get("spawned_at")  # absent from states saved before the field existed
+        spawned_at = None if spawned is None else bytes.fromhex(spawned)
+        field_name = "state.growth"
+        growth = state.get("growth")  # absent from states saved before the field existed
+        if growth is not None:
+            main.restore_growth(growth)
+            for name in ("tokens_per_s", "idle_s_per_turn", "lookahead_job_s"):
+                value = growth[name]
+                if value is not None and (
+                    isinstance(value, bool) or not isinstance(value, int | float) or value < 0
+                ):
+                    raise ValueError(f"{name} must be a number >= 0 or None, got {value!r}")
         field_name = "state.stats"
         stats = _read_stats(state["stats"])
         field_name = "state.lookahead"
@@ -1331,7 +1427,7 @@ def _read_state(
             f"{field_name} does not fit a saved LookaheadRuntime state ({error!r}); the runtime "
             "is unchanged"
         ) from None
-    return main, lookahead, stats, commit_due_at, calls_made
+    return main, lookahead, stats, commit_due_at, calls_made, spawned_at, growth
 
 
 def _read_stats(saved: Mapping[str, Any]) -> RuntimeStats:
@@ -1360,3 +1456,9 @@ def through_last_reply(messages: Sequence[Message]) -> Sequence[Message]:
         if messages[index].get("role") == "assistant":
             return messages[: index + 1]
     return messages
+
+
+def _keeps_none(messages: Sequence[Message], kept_from: int) -> bool:
+    """A result keeping `messages[kept_from:]` keeps none of the history it saw: nothing, or only
+    the newest turn, still waiting for its tool results (kept so they have their call)."""
+    return kept_from >= answered_prefix_end(messages, min(kept_from, len(messages)))

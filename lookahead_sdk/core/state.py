@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+import math
 import time
 from collections import deque
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, fields
 from enum import StrEnum
 from typing import Any
@@ -100,6 +101,9 @@ class MainState:
     # -- reading -----------------------------------------------------------------------------
     @property
     def messages(self) -> tuple[Message, ...]:
+        """The history, oldest first: the state's own message dicts, read-only (edits go through
+        `append` / `edit` / `replace`, which re-sign them; `LookaheadRuntime.prepare` and
+        `save_state` hand out copies)."""
         if self._view is None:
             self._view = tuple(self._messages)
         return self._view
@@ -243,6 +247,32 @@ class MainState:
         self._recent_turn_growth.append(growth)
         self._turn_growth_tail.append(growth)
         self.tokens_per_turn = moving_average(self.tokens_per_turn, growth, 0.3)
+
+    def growth_state(self) -> dict[str, Any]:
+        """What the state learned of the history's growth (JSON-safe), for `save_state`."""
+        return {
+            "tokens_per_turn": self.tokens_per_turn,
+            "lookahead_turns": self.lookahead_turns,
+            "recent_turn_growth": list(self._recent_turn_growth),
+            "turn_growth_tail": list(self._turn_growth_tail),
+            "tokens_at_last_turn": self._tokens_at_last_turn,
+            "last_reply_tokens": self.last_reply_tokens,
+        }
+
+    def restore_growth(self, saved: Mapping[str, Any]) -> None:
+        """Take `growth_state` output (ValueError naming the field before anything changes)."""
+        rates = {name: _rate(saved, name) for name in ("tokens_per_turn", "lookahead_turns")}
+        recent = [_count("recent_turn_growth", v) for v in saved["recent_turn_growth"]]
+        tail = [_count("turn_growth_tail", v) for v in saved["turn_growth_tail"]]
+        at_last = saved["tokens_at_last_turn"]
+        at_last = None if at_last is None else _count("tokens_at_last_turn", at_last)
+        last_reply = _count("last_reply_tokens", saved["last_reply_tokens"])
+        self.tokens_per_turn, self.lookahead_turns = rates.values()
+        self._recent_turn_growth.clear()
+        self._recent_turn_growth.extend(recent)
+        self._turn_growth_tail.clear()
+        self._turn_growth_tail.extend(tail)
+        self._tokens_at_last_turn, self.last_reply_tokens = at_last, last_reply
 
     def set_partial_output(self, partial: PartialOutput | None) -> None:
         """The assistant output streaming right now (e.g. a delegation instruction being written)."""
@@ -450,3 +480,21 @@ class LookaheadState:
     def _expect(self, status: LookaheadStatus, transition: str) -> None:
         if self.status is not status:
             raise StateError(f"lookahead {transition}() needs status {status}, not {self.status}")
+
+
+def _rate(saved: Mapping[str, Any], name: str) -> float | None:
+    value = saved[name]
+    if value is not None and (
+        isinstance(value, bool)
+        or not isinstance(value, int | float)
+        or not math.isfinite(value)
+        or value < 0
+    ):
+        raise ValueError(f"{name} must be a number >= 0 or None, got {value!r}")
+    return value
+
+
+def _count(name: str, value: Any) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise ValueError(f"{name} must hold ints >= 0 (token counts), got {value!r}")
+    return value

@@ -10,16 +10,20 @@ from __future__ import annotations
 
 import asyncio
 import threading
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Callable, Coroutine, Sequence
 from concurrent.futures import Future
 from typing import Any, ClassVar, TypeVar
 
+from lookahead_sdk.base.completion import CompletionClient
 from lookahead_sdk.base.messages import Message
 from lookahead_sdk.base.tags import current_tags
-from lookahead_sdk.core.config import RuntimeConfig
+from lookahead_sdk.core.config import RuntimeConfig, RuntimeMode
+from lookahead_sdk.core.offload_store import OffloadStore
 from lookahead_sdk.core.policy import ContextPolicy, resolve_policy
 from lookahead_sdk.core.runtime import CommitOutcome, LookaheadRuntime, RuntimeStats
 from lookahead_sdk.core.state import LookaheadState, MainState
+from lookahead_sdk.core.warmer import Warmer
+from lookahead_sdk.errors import StateError
 
 T = TypeVar("T")
 
@@ -32,15 +36,24 @@ class BackgroundLoop:
         self._thread = threading.Thread(target=self.loop.run_forever, name=name, daemon=True)
         self._thread.start()
 
-    def run(self, coroutine: Awaitable[T], timeout_s: float | None = None) -> T:
+    def run(self, coroutine: Coroutine[Any, Any, T], timeout_s: float | None = None) -> T:
         if threading.current_thread() is self._thread:
+            coroutine.close()
             raise RuntimeError(
                 "blocking call from the runtime's own loop thread would deadlock; use LookaheadRuntime"
+            )
+        if self.loop.is_closed():
+            coroutine.close()
+            raise StateError(
+                "this SyncLookaheadRuntime is closed; create a new one (save_state() still reads "
+                "what it held)"
             )
         future: Future[T] = asyncio.run_coroutine_threadsafe(coroutine, self.loop)  # type: ignore[arg-type]
         return future.result(timeout_s)
 
     def call(self, function: Callable[..., T], *args: Any) -> T:
+        """`function(*args)` run on the loop's thread."""
+
         async def invoke() -> T:
             return function(*args)
 
@@ -96,6 +109,38 @@ class SyncLookaheadRuntime:
         return self.runtime.stats
 
     @property
+    def mode(self) -> RuntimeMode:
+        return self.runtime.mode
+
+    @property
+    def program_id(self) -> str:
+        return self.runtime.program_id
+
+    @property
+    def warmer(self) -> Warmer | None:
+        return self.runtime.warmer
+
+    @property
+    def summarizer(self) -> CompletionClient | None:
+        return self.runtime.summarizer
+
+    @property
+    def offload_store(self) -> OffloadStore | None:
+        return self.runtime.offload_store
+
+    @property
+    def spawns_subagents(self) -> bool:
+        return self.runtime.spawns_subagents
+
+    @property
+    def busy(self) -> bool:
+        return self.runtime.busy
+
+    @property
+    def commit_due(self) -> bool:
+        return self.runtime.commit_due
+
+    @property
     def model_calls_left(self) -> int | None:
         """See `LookaheadRuntime.model_calls_left`."""
         return self.runtime.model_calls_left
@@ -123,7 +168,16 @@ class SyncLookaheadRuntime:
         """Wait until the runtime's background work is done (see `LookaheadRuntime.settle`)."""
         self._loop.run(self.runtime.settle(timeout_s))
 
+    def hand_over(self, child_program_id: str, messages: Sequence[Message]) -> None:
+        """See `LookaheadRuntime.hand_over`."""
+        self._loop.run(self.runtime.hand_over(child_program_id, messages))
+
+    def subagent_ended(self, child_program_id: str) -> None:
+        self._loop.call(self.runtime.subagent_ended, child_program_id)
+
     def save_state(self) -> dict[str, Any]:
+        if self._loop.loop.is_closed():  # nothing runs on a closed runtime: read it here
+            return self.runtime.save_state()
         return self._loop.call(self.runtime.save_state)
 
     def load_state(self, state: dict[str, Any], *, adopt_program_id: bool = False) -> None:

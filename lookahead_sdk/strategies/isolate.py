@@ -25,6 +25,7 @@ from lookahead_sdk.base.messages import Message
 from lookahead_sdk.core.policy import ContextPolicy, TransformContext, TransformResult
 from lookahead_sdk.core.state import LookaheadState, LookaheadStatus, MainState, PartialOutput
 from lookahead_sdk.errors import InvalidInputError
+from lookahead_sdk.strategies._checks import positive_int, text
 
 SubagentPrompt = str | Callable[[Sequence[Message]], str]
 
@@ -113,10 +114,8 @@ class Isolate(ContextPolicy):
     def __post_init__(self) -> None:
         if not (isinstance(self.subagent_system, str) or callable(self.subagent_system)):
             raise TypeError("subagent_system must be a string or a function of the main history")
-        if not self.delegate_tool:
-            raise ValueError("delegate_tool must name the tool the main agent delegates with")
-        if self.chunk_chars < 1:
-            raise ValueError(f"chunk_chars must be >= 1, got {self.chunk_chars}")
+        text("delegate_tool", self.delegate_tool, "the tool the main agent delegates with")
+        positive_int("chunk_chars", self.chunk_chars)
 
     def partial_instruction(self, partial: PartialOutput | None) -> str | None:
         if partial is None or partial.tool_name != self.delegate_tool:

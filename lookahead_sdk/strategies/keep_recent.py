@@ -5,9 +5,15 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from lookahead_sdk.base.messages import Message, atomic_groups, leading_system_count
+from lookahead_sdk.base.messages import (
+    Message,
+    answered_prefix_end,
+    atomic_groups,
+    leading_system_count,
+)
 from lookahead_sdk.core.policy import Budget, TransformContext, TransformResult, check_budget
 from lookahead_sdk.core.state import MainState
+from lookahead_sdk.strategies._checks import flag, positive_int
 from lookahead_sdk.strategies._limits import HARD_LIMIT, LimitTriggered
 
 
@@ -21,8 +27,11 @@ def recent_groups_start(
 ) -> int:
     """Index where the kept recent suffix begins: whole tool-call groups, newest first, while they
     fit `budget_tokens` (and `max_turns` assistant turns). The newest group is always kept, except
-    by a lookahead expecting growth: newer groups arrive before its commit and take its place."""
-    keep_newest = not (ctx.is_lookahead and ctx.expected_growth_tokens > 0)
+    by a lookahead expecting growth: newer groups arrive before its commit and take its place.
+    A newest turn still waiting for its tool results is kept even then: the results arrive in
+    the suffix, and a result without its call is an orphan servers reject."""
+    waiting = answered_prefix_end(messages, head) < len(messages)
+    keep_newest = waiting or not (ctx.is_lookahead and ctx.expected_growth_tokens > 0)
     groups = atomic_groups(messages, head)
     start = len(messages)
     used = turns = 0
@@ -81,10 +90,9 @@ class KeepRecent(LimitTriggered):
                 "lookahead lead_turns ahead every time"
             )
         check_budget(self.budget, "budget")
-        if self.max_turns is not None and (
-            not isinstance(self.max_turns, int) or self.max_turns < 1
-        ):
-            raise ValueError(f"max_turns must be a positive int or None, got {self.max_turns!r}")
+        if self.max_turns is not None:
+            positive_int("max_turns", self.max_turns)
+        flag("keep_task", self.keep_task)
         if type(self.budget) is type(self.hard_limit) and self.budget >= self.hard_limit:
             raise ValueError(
                 f"budget ({self.budget}) must be below hard_limit ({self.hard_limit}), or the window never shrinks"

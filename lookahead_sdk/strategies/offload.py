@@ -4,8 +4,9 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
-from lookahead_sdk.base.messages import Message, with_content
+from lookahead_sdk.base.messages import Message, content_text, with_content
 from lookahead_sdk.base.tools import Tool
 from lookahead_sdk.core.offload_store import OffloadStore
 from lookahead_sdk.core.policy import (
@@ -21,6 +22,7 @@ from lookahead_sdk.strategies._limits import HARD_LIMIT, LimitTriggered
 PLACEHOLDER_PREFIX = "[offloaded tool output"
 PREVIEW_CHARS = 160
 READ_BACK_TOOL = "read_offloaded"
+NEWEST_OFFLOADED = "newest_offloaded"  # strategy data: a lookahead's offloaded newest output
 
 
 def placeholder(key: str, tokens: int, text: str) -> str:
@@ -75,20 +77,33 @@ class Offload(LimitTriggered):
             )
         result: list[Message] = []
         offloaded: list[str] = []
+        data: dict[str, Any] = {"offloaded": offloaded}
+        last_tool = max((i for i, m in enumerate(messages) if m.get("role") == "tool"), default=-1)
         for index, message in enumerate(messages):
-            content = message.get("content")
+            content = offloadable_text(message)
             if (
-                message.get("role") == "tool"
+                content is not None
                 and index != newest_tool
-                and isinstance(content, str)
-                and not content.startswith(PLACEHOLDER_PREFIX)
                 and (tokens := ctx.count(message)) >= threshold
             ):
                 ref = store.put(content)
                 offloaded.append(ref.key)
+                if index == last_tool:  # a lookahead's newest: `assemble` may put it back
+                    data[NEWEST_OFFLOADED] = {"index": index, "content": message["content"]}
                 message = with_content(message, placeholder(ref.key, tokens, content))
             result.append(message)
-        return TransformResult(result, {"offloaded": offloaded})
+        return TransformResult(result, data)
+
+    def assemble(self, result: TransformResult, suffix: Sequence[Message]) -> list[Message]:
+        """A lookahead offloaded its newest output expecting a newer one before the commit; when
+        none came (the model answered, the user asked), that output is the newest and stays in
+        full, as a synchronous commit keeps it."""
+        messages = [*result.messages, *suffix]
+        newest = result.data.get(NEWEST_OFFLOADED)
+        if newest is not None and not any(m.get("role") == "tool" for m in suffix):
+            index = newest["index"]
+            messages[index] = with_content(messages[index], newest["content"])
+        return messages
 
     def should_lookahead(self, main: MainState, lookahead: LookaheadState) -> bool:
         # Offloading costs file writes only: a ready result is redone at each boundary that
@@ -132,11 +147,27 @@ class Offload(LimitTriggered):
         tools = [i for i, m in enumerate(main.messages) if m.get("role") == "tool"]
         candidates = tools[:-1] if keep_newest else tools
         return any(
-            isinstance(content := main.messages[i].get("content"), str)
-            and not content.startswith(PLACEHOLDER_PREFIX)
-            and main.message_tokens(i) >= threshold
+            offloadable_text(main.messages[i]) is not None and main.message_tokens(i) >= threshold
             for i in candidates
         )
+
+
+def offloadable_text(message: Message) -> str | None:
+    """The text a tool output would be offloaded as: its content, a string or text parts only
+    (what several frameworks send), unless it is a placeholder already. None for other
+    messages, and for outputs with other parts (an image stays where it is)."""
+    if message.get("role") != "tool":
+        return None
+    content = message.get("content")
+    if isinstance(content, list):
+        if not content or not all(
+            isinstance(part, dict) and part.get("type") == "text" for part in content
+        ):
+            return None
+        content = content_text(message)
+    if not isinstance(content, str) or content.startswith(PLACEHOLDER_PREFIX):
+        return None
+    return content
 
 
 def read_offloaded_tool(store: OffloadStore, *, max_chars: int = 4000) -> Tool:

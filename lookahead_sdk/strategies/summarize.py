@@ -7,6 +7,7 @@ from dataclasses import dataclass
 
 from lookahead_sdk.base.messages import Message, answered_prefix_end, leading_system_count
 from lookahead_sdk.core.policy import Budget, TransformContext, TransformResult, check_budget
+from lookahead_sdk.strategies._checks import positive_int, text
 from lookahead_sdk.strategies._limits import HARD_LIMIT, SOFT_LIMIT, LimitTriggered
 from lookahead_sdk.strategies.keep_recent import recent_groups_start
 
@@ -42,10 +43,8 @@ class Summarize(LimitTriggered):
     def __post_init__(self) -> None:
         self._check_limits()
         check_budget(self.recent_budget, "recent_budget")
-        if not isinstance(self.summary_tokens, int) or self.summary_tokens < 1:
-            raise ValueError(f"summary_tokens must be a positive int, got {self.summary_tokens!r}")
-        if not self.instruction.strip():
-            raise ValueError("instruction must be a non-empty summarization prompt")
+        positive_int("summary_tokens", self.summary_tokens)
+        text("instruction", self.instruction, "the summarization prompt")
 
     @property
     def needs_summarizer(self) -> bool:

@@ -27,6 +27,7 @@ from lookahead_sdk import (
     TransformResult,
 )
 from lookahead_sdk.base.messages import Message
+from lookahead_sdk.strategies import KeepRecent
 
 from .policies import CountingPolicy, drop_middle, user
 
@@ -299,5 +300,40 @@ def test_rejected_operations_never_change_the_state(
         if outcome.kind is not CommitKind.HIT:
             assert outcome.messages == drop_middle(history)
         await runtime.aclose()
+
+    asyncio.run(scenario())
+
+
+@pytest.mark.parametrize(("text", "tool_name"), [(12345, None), ("{", 7)])
+def test_a_rejected_stream_boundary_changes_nothing(text: Any, tool_name: Any) -> None:
+    async def scenario() -> None:
+        async with LookaheadRuntime(
+            KeepRecent(budget=200, hard_limit=400), messages=[{"role": "user", "content": "t"}]
+        ) as runtime:
+            before = (runtime.main.partial_output, runtime.stats.boundaries)
+            with pytest.raises(InvalidInputError, match="stream_boundary"):
+                await runtime.stream_boundary(text, tool_name=tool_name)
+            assert (runtime.main.partial_output, runtime.stats.boundaries) == before
+
+    asyncio.run(scenario())
+
+
+def test_what_prepare_and_save_state_hand_out_is_the_callers_to_edit() -> None:
+    """Editing it (a cache breakpoint added in place, say) leaves the history, its signatures and
+    token counts as they were."""
+
+    async def scenario() -> None:
+        history = [{"role": "user", "content": "task"}, {"role": "assistant", "content": "ok"}]
+        async with LookaheadRuntime(
+            KeepRecent(budget=200, hard_limit=400), messages=history
+        ) as runtime:
+            signature, tokens = runtime.main.prefix_signature(2), runtime.main.tokens
+            for handed_out in (await runtime.prepare(), runtime.save_state()["messages"]):
+                handed_out[0]["content"] = "edited " * 50
+            assert list(runtime.main.messages) == history
+            # Unchanged content: the signatures and counts still describe the history.
+            assert MainState(history).prefix_signature(2) == signature
+            assert runtime.main.prefix_signature(2) == signature
+            assert runtime.main.tokens == tokens
 
     asyncio.run(scenario())

@@ -120,8 +120,7 @@ def test_an_offload_hit_is_never_larger_than_the_synchronous_commit(
     outputs: list[int], settles: list[bool]
 ) -> None:
     """At every commit the lookahead leaves at most what the synchronous transform of the same
-    history leaves (it may leave less: a result that offloaded the then-newest output, committed
-    with no output after it), and the run makes as many commits as the synchronous one."""
+    history leaves, and the run makes as many commits as the synchronous one."""
     looked, synced = run_both(outputs, settles)
     for committed, synchronous in looked.sizes:
         assert committed <= synchronous, looked.sizes
@@ -139,3 +138,38 @@ def test_a_hit_whose_warm_up_spanned_a_large_output_offloads_it_at_the_commit() 
     assert looked.resized >= 1  # the suffix was offloaded at a commit
     assert looked.hits == looked.commits == synced.commits == 4
     assert [committed - synchronous for committed, synchronous in looked.sizes] == [0] * 4
+
+
+def test_a_hit_with_no_newer_output_keeps_the_newest_output_whole(tmp_path: Path) -> None:
+    """A lookahead offloads the newest output expecting a newer one before the commit. When the
+    commit comes after the model's answer and a user message instead, that output is still the
+    newest: the hit keeps it in full, as the synchronous commit does (before, the model got a
+    placeholder for the output the user was asking about)."""
+
+    async def commit_after_a_question(mode: str) -> list[Message]:
+        store = OffloadStore(tmp_path / mode)
+        policy = Offload(threshold=THRESHOLD, hard_limit=HARD, lookahead_at=2000)
+        async with workload_runtime(policy, mode, offload_store=store) as runtime:
+            for step, size in enumerate([500, 500, 500, 500, 1000]):
+                assert not (await runtime.commit()).committed
+                for message in (model_turn(step), tool_output(step, size)):
+                    runtime.append(message)
+                    await runtime.boundary()
+                    await runtime.settle()
+            assert not (await runtime.commit()).committed
+            for message in (
+                {"role": "assistant", "content": "I read it."},
+                {"role": "user", "content": "What does it say? " + "y" * 4000},
+            ):
+                runtime.append(message)
+                await runtime.boundary()
+                await runtime.settle()
+            outcome = await runtime.commit()
+            assert outcome.kind is (CommitKind.HIT if mode == "lookahead" else CommitKind.SYNC)
+            return outcome.messages
+
+    looked = asyncio.run(commit_after_a_question("lookahead"))
+    synced = asyncio.run(commit_after_a_question("sync"))
+    newest = [m for m in looked if m["role"] == "tool"][-1]
+    assert newest["content"] == tool_output(4, 1000)["content"]
+    assert looked == synced

@@ -8,8 +8,16 @@ from collections.abc import Sequence
 
 import pytest
 
-from lookahead_sdk import CommitKind, LookaheadRuntime, LookaheadStatus, RequestShape
-from lookahead_sdk.base.messages import Message
+from lookahead_sdk import (
+    CommitKind,
+    LookaheadRuntime,
+    LookaheadStatus,
+    RequestShape,
+    TransformContext,
+    TransformResult,
+)
+from lookahead_sdk.base.messages import Message, orphaned_results
+from lookahead_sdk.core.runtime import ORPHANED_RESULT
 from lookahead_sdk.core.warmer import WarmupResult, WarmupSpend
 
 from .policies import CountingPolicy, RecordingWarmer, drop_middle, user
@@ -277,3 +285,76 @@ async def test_a_commit_lets_the_warm_up_chunk_in_flight_finish_then_stops_it(
     assert 0 < outcome.waited_s < 0.2
     await runtime.aclose()
     assert_no_tasks_left()
+
+
+class DropsTheWaitingTurn(CountingPolicy):
+    """Its lookahead keeps only the system prompt, dropping a turn still waiting for its tool
+    results; its synchronous transform changes nothing."""
+
+    async def transform(
+        self, messages: Sequence[Message], ctx: TransformContext
+    ) -> TransformResult:
+        self.seen_inputs.append((ctx.is_lookahead, list(messages)))
+        if ctx.is_lookahead:
+            return TransformResult([messages[0], user("dropped")])
+        return TransformResult(list(messages))
+
+
+def test_a_result_that_would_orphan_a_tool_result_falls_back(approx_counter) -> None:
+    """Committed as it is, the result would put the turn's tool result after no call of its own
+    (servers reject that): the commit falls back to the synchronous transform instead."""
+
+    async def scenario() -> None:
+        policy = DropsTheWaitingTurn(soft=3, hard=5)
+        start = [{"role": "system", "content": "s"}, user("task")]
+        async with LookaheadRuntime(
+            policy, messages=start, token_counter=approx_counter
+        ) as runtime:
+            call = {"id": "c1", "type": "function", "function": {"name": "t", "arguments": "{}"}}
+            runtime.append({"role": "assistant", "content": None, "tool_calls": [call]})
+            await runtime.boundary()
+            await runtime.settle()
+            assert runtime.lookahead.status is LookaheadStatus.READY
+            runtime.append({"role": "tool", "tool_call_id": "c1", "content": "out"}, user("go"))
+            live = list(runtime.main.messages)
+            outcome = await runtime.commit()
+            assert outcome.kind is CommitKind.FALLBACK
+            assert outcome.reason == ORPHANED_RESULT
+            assert outcome.messages == live
+            assert orphaned_results(runtime.main.messages) == []
+
+    asyncio.run(scenario())
+
+
+class CancelledFromOutside(CountingPolicy):
+    """Its first lookahead awaits a call that another party cancels (an LLM call on an event
+    loop that shut down), not the runtime."""
+
+    async def transform(
+        self, messages: Sequence[Message], ctx: TransformContext
+    ) -> TransformResult:
+        if ctx.is_lookahead and not self.seen_inputs:
+            self.seen_inputs.append((True, list(messages)))
+            call = asyncio.get_running_loop().create_future()
+            asyncio.get_running_loop().call_soon(call.cancel)
+            await call
+        return await super().transform(messages, ctx)
+
+
+def test_a_lookahead_cancelled_from_outside_fails_and_the_next_one_starts(approx_counter) -> None:
+    async def scenario() -> None:
+        policy = CancelledFromOutside(soft=3, hard=9)
+        async with LookaheadRuntime(
+            policy, messages=[user("task")], token_counter=approx_counter
+        ) as runtime:
+            runtime.append(user("a"), user("b"))
+            await runtime.boundary()
+            await runtime.settle()
+            assert runtime.lookahead.status is LookaheadStatus.FAILED
+            assert runtime.stats.failures == 1
+            runtime.append(user("c"))
+            await runtime.boundary()
+            await runtime.settle()
+            assert runtime.lookahead.status is LookaheadStatus.READY
+
+    asyncio.run(scenario())

@@ -1,8 +1,11 @@
 from __future__ import annotations
 
+import asyncio
 import json
+import random
 import threading
 import time
+from typing import Any
 
 import pytest
 
@@ -14,10 +17,14 @@ from lookahead_sdk import (
     StateError,
     use_tags,
 )
+from lookahead_sdk.base.tokens import count_message
 from lookahead_sdk.core.state import LookaheadState, MainState
 from lookahead_sdk.core.sync_runtime import SyncLookaheadRuntime
+from lookahead_sdk.strategies import KeepRecent, Summarize
 
-from .policies import CountingPolicy, RecordingWarmer, drop_middle, user
+from ..support.clock import VirtualClock
+from .policies import CountingPolicy, FakeSummarizer, RecordingWarmer, drop_middle, user
+from .test_commit_ahead import START, model_turn, tool_output
 
 
 def test_sync_runtime_runs_lookaheads_between_blocking_calls(approx_counter) -> None:
@@ -213,3 +220,79 @@ def test_a_standby_result_takes_over_only_from_a_running_or_failed_redo() -> Non
     with pytest.raises(StateError, match="must be ready"):
         idle.take_over(LookaheadState())
     assert idle.status is LookaheadStatus.RUNNING and idle.group_id == "g:2"
+
+
+@pytest.mark.parametrize(
+    ("name", "seed", "save_at"), [("keep_recent", 2, 12), ("summarize", 5, 40)]
+)
+def test_a_restored_runtime_commits_where_the_original_does(
+    name: str, seed: int, save_at: int, approx_counter
+) -> None:
+    """What the runtime learned of the agent's pace (growth per turn, how long lookaheads take,
+    tokens per second) travels in the saved state: fed the same turns at the same times, a
+    runtime restored mid-run from JSON makes the original's commits, turn for turn and size for
+    size. (Before, it learned afresh: these runs made 9 commits where the original made 10,
+    and 3 where it made 2.)"""
+
+    async def scenario() -> tuple[list[tuple[int, str, int]], list[tuple[int, str, int]]]:
+        draw = random.Random(seed)
+        outputs = [draw.choice((60, 120, 400, 900)) for _ in range(60)]
+        clock = VirtualClock()
+
+        def runtime(**kwargs: Any) -> LookaheadRuntime:
+            policy = (
+                KeepRecent(budget=2000, hard_limit=4000, lookahead_at=2400)
+                if name == "keep_recent"
+                else Summarize(recent_budget=1200, hard_limit=4000, lookahead_at=2400)
+            )
+            made = LookaheadRuntime(
+                policy,
+                window_tokens=8192,
+                token_counter=approx_counter,
+                summarizer=FakeSummarizer(),
+                **kwargs,
+            )
+            made.clock = clock
+            return made
+
+        original, restored = runtime(messages=START), None
+        logs: tuple[list[tuple[int, str, int]], list[tuple[int, str, int]]] = ([], [])
+        for step, size in enumerate(outputs):
+            if step == save_at:
+                restored = runtime(tags=original.tags)
+                restored.load_state(json.loads(json.dumps(original.save_state())))
+            for log, live in zip(logs, (original, restored), strict=True):
+                outcome = await live.commit() if live is not None else None
+                if outcome is not None and outcome.committed and step >= save_at:
+                    tokens = sum(count_message(approx_counter, m) for m in outcome.messages)
+                    log.append((step, outcome.kind.value, tokens))
+            for message in (model_turn(step), tool_output(step, size)):
+                clock.now += 1.0
+                for live in (original, restored):
+                    if live is not None:
+                        live.append(message)
+                        await live.boundary()
+                        await live.settle()
+        assert restored is not None
+        await original.aclose()
+        await restored.aclose()
+        return logs
+
+    original, restored = asyncio.run(scenario())
+    assert len(original) >= 2
+    assert restored == original
+
+
+def test_a_closed_sync_runtime_says_so_and_still_saves_its_state() -> None:
+    runtime = SyncLookaheadRuntime(CountingPolicy(), messages=[user("task")])
+    runtime.close()
+    for call in (lambda: runtime.append(user("x")), runtime.boundary, runtime.prepare):
+        with pytest.raises(StateError, match="closed"):
+            call()
+    assert runtime.save_state()["messages"] == [user("task")]
+
+
+def test_the_sync_runtime_offers_what_the_async_one_does() -> None:
+    public = {name for name in dir(LookaheadRuntime) if not name.startswith("_")}
+    asynchronous_only = {"aclose", "clock"}  # the sync runtime closes with close()
+    assert public - asynchronous_only <= set(dir(SyncLookaheadRuntime))

@@ -194,3 +194,36 @@ async def test_the_reference_loop_delegates_the_request_when_the_model_writes_no
     await agent.run("system", "task", plan=[Delegation("m.py", prompt, "handover", ())])
     subagent_first_prompt = llm.prompts[1]
     assert subagent_first_prompt[-1] == {"role": "user", "content": prompt}
+
+
+def test_a_saved_state_spawns_as_the_runtime_it_came_from_would(approx_counter) -> None:
+    """The record of the last spawn travels with the state: a state saved before the delegation
+    spawns again, loaded into the runtime that spawned since or into a fresh one; a state saved
+    after it spawns in neither."""
+
+    async def scenario() -> None:
+        def runtime() -> LookaheadRuntime:
+            return LookaheadRuntime(
+                Isolate(subagent_system="You review code."),
+                RuntimeConfig(mode="sync", token_counter=approx_counter),
+                messages=HISTORY,
+            )
+
+        first = runtime()
+        first.append(delegation(json.dumps({"instruction": "review m.py"})))
+        before = json.loads(json.dumps(first.save_state()))
+        assert (await first.commit()).kind is CommitKind.SYNC
+        after = json.loads(json.dumps(first.save_state()))
+        fresh = runtime()
+        for target, state, kind in (
+            (first, before, CommitKind.SYNC),
+            (fresh, before, CommitKind.SYNC),
+            (first, after, CommitKind.NONE),
+            (fresh, after, CommitKind.NONE),
+        ):
+            target.load_state(state)
+            assert (await target.commit()).kind is kind
+        await first.aclose()
+        await fresh.aclose()
+
+    asyncio.run(scenario())
