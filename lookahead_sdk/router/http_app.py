@@ -113,7 +113,7 @@ class RouterApp:
         elif method == "POST" and path == "/programs/release":
             await self._release(headers, receive, reply)
         elif method == "GET" and path.startswith(PROGRAMS_PREFIX):
-            program_id = unquote(path.removeprefix(PROGRAMS_PREFIX))
+            program_id = _program_id(scope)
             view = self.proxy.program_view(program_id)
             if view is None:
                 await reply_error(reply, 404, f"no program {program_id!r}", "not_found")
@@ -214,3 +214,12 @@ class RouterApp:
             return
         released = self.proxy.release(program_id)
         await reply_json(reply, 200, {"program_id": program_id, "released": released})
+
+
+def _program_id(scope: Scope) -> str:
+    """The id in `/programs/{id}`, percent-decoded once. `scope["path"]` is decoded already (an
+    encoded '/' in the id is a '/' there); the raw path, where the server gives it, is exact."""
+    raw = scope.get("raw_path")
+    if isinstance(raw, bytes) and raw.startswith(PROGRAMS_PREFIX.encode()):
+        return unquote(raw.decode("latin-1").removeprefix(PROGRAMS_PREFIX))
+    return scope["path"].removeprefix(PROGRAMS_PREFIX)

@@ -6,7 +6,12 @@ program, how far the last request's prompt went and a fingerprint of its end; a 
 extends it counts only what was added (the previous reply, already in the last usage, is
 skipped). Anything else (the first request, a rewritten or compacted history) counts the whole
 prompt. Token-id prompts count exactly (one id, one token); text is counted with the injected
-counter. Pure: counters are passed in."""
+counter. Pure: counters are passed in.
+
+The previous reply: in chat messages it is the assistant message right after the last prompt. In
+a `prompt` (or SGLang's `text` / `input_ids`) it has no boundary, so its tokens are taken from the
+usage: `served` reports the response's total, whose part beyond the last prompt is the reply; an
+extending prompt's added part counts without it. (Without a reported total, all of it counts.)"""
 
 from __future__ import annotations
 
@@ -23,6 +28,8 @@ CountMessage = Callable[[Mapping[str, Any]], int]
 class _Seen:
     length: int  # messages, characters or token ids of the last prompt
     fingerprint: int  # of the last message, or of the whole last prompt
+    tokens: int = 0  # a prompt's (`prompt`, `text`, `input_ids`) tokens, as counted
+    served: int | None = None  # its response's total tokens (prompt and reply), once known
 
 
 class PromptTracker:
@@ -36,6 +43,13 @@ class PromptTracker:
 
     def forget(self, program_id: str) -> None:
         self._seen.pop(program_id, None)
+
+    def served(self, program_id: str, total_tokens: int) -> None:
+        """The program's last main request was answered with `total_tokens` (its usage, or the
+        proxy's estimate): the part beyond that prompt is the reply the next prompt repeats."""
+        seen = self._seen.get(program_id)
+        if seen is not None:
+            seen.served = total_tokens
 
     def new_tokens(self, program_id: str, body: Mapping[str, Any], *, remember: bool) -> int:
         """Tokens `body` adds to the program. `remember=False` (a lookahead branch): count the
@@ -66,14 +80,21 @@ class PromptTracker:
 
     def _sequence(self, program_id: str, prompt: str | list[int], remember: bool) -> int:
         seen = self._seen.get(program_id)
-        start = 0
-        if seen is not None and 0 < seen.length <= len(prompt):
-            if _fingerprint(prompt[: seen.length]) == seen.fingerprint:
-                start = seen.length
-        added = prompt[start:]
+        extends = (
+            seen is not None
+            and 0 < seen.length <= len(prompt)
+            and _fingerprint(prompt[: seen.length]) == seen.fingerprint
+        )
+        added = prompt[seen.length :] if extends and seen is not None else prompt
         count = self._count_text(added) if isinstance(added, str) else len(added)
+        tokens = count
+        if extends and seen is not None:
+            tokens += seen.tokens
+            if seen.served is not None:
+                reply = max(seen.served - seen.tokens, 0)
+                count = max(count - reply, 0)  # the previous reply: in that response's usage
         if remember and prompt:
-            self._seen[program_id] = _Seen(len(prompt), _fingerprint(prompt))
+            self._seen[program_id] = _Seen(len(prompt), _fingerprint(prompt), tokens)
         return count
 
 

@@ -12,10 +12,12 @@ A tagged one is admitted by the core: forwarded, held (its handler awaits a futu
 end is always reported to the core (`request_finished`): success, upstream error, client
 disconnect, backend death alike, so no program stays "reasoning".
 
-Faults: a failure before the client got a byte marks the backend down (the core requeues its
-programs; a background probe brings it back) and retries once on another backend, then answers
-502 naming the backends; a backend dying mid-stream ends the client's stream with an SSE error
-event and is marked down the same way.
+Faults: a failure before the client got a byte is retried once (through the policy), then
+answered 502 naming the backends. A connect error or a body cut off marks the backend down (the
+core requeues its programs; a background probe brings it back); a 5xx answer does so only when
+the backend then fails its health check too, for one request's error is no dead backend and
+marking it down would forget every other program's request in flight there. A backend dying
+mid-stream ends the client's stream with an SSE error event and is marked down.
 """
 
 from __future__ import annotations
@@ -219,6 +221,15 @@ class RouterProxy:
             self._apply(self.core.mark_down(url, self._now()))
         self._probe_later(backend)
 
+    async def _upstream_failed(self, failure: UpstreamFailed) -> None:
+        if failure.kind == "status" and await healthy(self.client, failure.backend):
+            self.counters.upstream_error(failure.backend, failure.kind)
+            log.warning(
+                "backend %s answered an error, and is healthy: %s", failure.backend, failure
+            )
+            return
+        self._backend_failed(failure.backend, failure.kind, str(failure))
+
     def _least_loaded(self, exclude: set[str]) -> str | None:
         candidates = [
             b
@@ -336,13 +347,19 @@ class RouterProxy:
                 estimate = self._estimate(program_id)
                 held = (HELD_HEADER, f"{held_s * 1000:.1f}".encode())
                 try:
-                    result = await self._exchange(call, reply, decision.backend, (held,))
+                    result = await self._exchange(
+                        call, reply, decision.backend, (held,), request_id=request_id
+                    )
                 except UpstreamFailed as failure:
                     failures.append(failure)
                     self._finish(request_id, ok=False)  # ignored when mark_down forgot it
                     if len(failures) == 2:
                         break
                     self.counters.retries += 1
+                    if self.core.program(program_id) is None:
+                        # Released while this request ran: a retry must not bring it back.
+                        decision = Reject(request_id, program_id, "program_released", 409)
+                        break
                     decision = await admitted(arrive())
                     continue
                 ok = result.ok
@@ -359,6 +376,8 @@ class RouterProxy:
             return "failed"
         finally:
             self._finish(request_id, ok=ok, total_tokens=total)
+            if ok and total is not None and lookahead is None:
+                self._tracker.served(program_id, total)
 
     async def _untracked(self, call: Call, reply: Reply) -> str:
         failures: list[UpstreamFailed] = []
@@ -380,12 +399,24 @@ class RouterProxy:
         return "failed"
 
     async def _exchange(
-        self, call: Call, reply: Reply, backend: str, headers: Headers = ()
+        self,
+        call: Call,
+        reply: Reply,
+        backend: str,
+        headers: Headers = (),
+        *,
+        request_id: str | None = None,
     ) -> Exchange:
+        """`request_id`: a tracked request's (its llama.cpp slot is chosen by its program)."""
         state = self._backends[backend]
+        slots, program_id = state.slots, call.program_id
+        branch = slots is not None and program_id is not None and call.lookahead is not None
         slot = None
-        if state.slots is not None and call.program_id is not None:
-            slot = state.slots.slot_for(call.program_id, lookahead=call.lookahead is not None)
+        if slots is not None and program_id is not None and request_id is not None:
+            if branch:
+                slot = slots.branch_slot(program_id, request_id)
+            else:
+                slot = slots.slot_for(program_id)
         state.in_flight += 1
         try:
             assert self._upstream is not None, "RouterProxy.start() first"
@@ -394,10 +425,13 @@ class RouterProxy:
                 headers,
             )  # fmt: skip
         except UpstreamFailed as failure:
-            self._backend_failed(backend, failure.kind, str(failure))
+            await self._upstream_failed(failure)
             raise
         finally:
             state.in_flight -= 1
+            if branch and slots is not None and program_id is not None and request_id is not None:
+                # The core counts the branch slot free once the branch ends: so does the table.
+                slots.branch_ended(program_id, request_id)
         if result.broken:
             self._backend_failed(backend, "stream", "the stream broke off")
         return result
@@ -408,8 +442,8 @@ class RouterProxy:
         await reply_error(reply, 502, f"backend {names} failed: {detail}", "bad_gateway")
 
     def _estimate(self, program_id: str) -> int:
-        view = self.core.program(program_id)
-        return 0 if view is None else view.tokens
+        """The program's main context (its lookahead branches' tokens are not part of it)."""
+        return self.core.context_tokens(program_id) or 0
 
     # --- release and views ---------------------------------------------------------------------
 
@@ -433,8 +467,8 @@ class RouterProxy:
                 "lease_expired": cause == "lease",
                 "restoring_soon": False,
             }
-        waiting = self.core.waiting()
-        position = waiting.index(program_id) if view.status == "paused" else None
+        order = self.core.restore_order(self._now())
+        position = order.index(program_id) if view.status == "paused" else None
         return {
             **asdict(view),
             "terminated": False,
@@ -512,6 +546,8 @@ def _reject_message(decision: Reject) -> str:
             "every llama.cpp slot of the program's backend holds a context: best-effort "
             "lookahead work is refused"
         ),
-        "program_released": "the program was released while this request was held",
+        "program_released": (
+            "the program was released while this request was held or about to be retried"
+        ),
         "no_backend": "no backend could take the request",
     }[decision.reason]

@@ -17,7 +17,7 @@ class ProxyConfig:
     """`backends`: base URLs (`http://host:port`). `capacities`: KV tokens per backend URL where
     discovery should not be asked (or cannot answer). `thunder` carries the time constants
     (tick, decay, lease, hold timeout); the baselines use its lease and tick.
-    `prepare_window`: how many programs at the head of the waiting queue `/programs/{id}`
+    `prepare_window`: how many programs first in the policy's restore order `/programs/{id}`
     reports as `restoring_soon` (their tool environments get prepared)."""
 
     backends: tuple[str, ...]

@@ -43,9 +43,12 @@ class Room:
     raw: float
 
 
+RestoreRank = tuple[int, float, str]  # (group, then the order within it, program id)
+
+
 def restore_rank(
     program: Program, now: float, aging_s: float, *, new_by_size: bool = False
-) -> tuple[int, float, str]:
+) -> RestoreRank:
     oldest = program.oldest_held_s
     if oldest is None:
         return (IDLE, program.accounted_tokens, program.program_id)

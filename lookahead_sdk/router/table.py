@@ -266,6 +266,18 @@ class RouterCore:
     def waiting(self) -> tuple[str, ...]:
         return tuple(self._waiting)
 
+    def restore_order(self, now_s: float) -> tuple[str, ...]:
+        """The waiting programs in the order the policy would restore them at `now_s` (no later
+        than the next event): what `queue_position` and `restoring_soon` report."""
+        now = require_time(now_s, self._now)
+        return tuple(p.program_id for p in self._restore_order(now))
+
+    def context_tokens(self, program_id: str) -> int | None:
+        """The program's main context (last usage plus a pending request's new tokens), without
+        its lookahead branches' tokens; None for an unknown program."""
+        program = self._programs.get(program_id)
+        return None if program is None else program.tokens
+
     def accounted_tokens(self, backend: str) -> int:
         """Tokens the programs active on `backend` take there (no decay; `Backend.footprint`)."""
         return self._load(self._known_backend(backend))
@@ -335,6 +347,10 @@ class RouterCore:
 
     def _on_backend_added(self, name: str) -> None:
         return None
+
+    def _restore_order(self, now: float) -> list[Program]:
+        """Waiting programs, first to be restored first (a policy that restores has its own)."""
+        return [self._programs[p] for p in self._waiting]
 
     # --- helpers for policies ------------------------------------------------------------------
 

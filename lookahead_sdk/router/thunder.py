@@ -47,6 +47,7 @@ from lookahead_sdk.router.pause import plan_pauses
 from lookahead_sdk.router.restore import (
     AGED,
     HELD_NEW,
+    RestoreRank,
     Room,
     choose_backend,
     plan_restores,
@@ -144,12 +145,30 @@ class ThunderPolicy(RouterCore):
 
     # --- restore -------------------------------------------------------------------------------
 
-    def _restore_pass(self, now: float) -> list[Restore]:
-        waiting = [
+    def _restorable(self) -> list[Program]:
+        """Waiting programs a restore pass may take: those with a held request, and paused ones
+        (a new program whose request was dropped waits for its next request)."""
+        return [
             self._programs[p]
             for p in self._waiting
             if self._programs[p].held or self._programs[p].placed_before
         ]
+
+    def _ranked(self, programs: list[Program], now: float) -> list[tuple[RestoreRank, Program]]:
+        by_size = self.config.new_program_order == "smallest"
+        aging_s = self.config.aging_s
+        return sorted(
+            (restore_rank(p, now, aging_s, new_by_size=by_size), p) for p in programs
+        )  # ranks are unique (they end with the program id): programs are never compared
+
+    def _restore_order(self, now: float) -> list[Program]:
+        restorable = self._restorable()
+        ranked = [p for _, p in self._ranked(restorable, now)]
+        ids = {p.program_id for p in restorable}
+        return ranked + [self._programs[p] for p in self._waiting if p not in ids]
+
+    def _restore_pass(self, now: float) -> list[Restore]:
+        waiting = self._restorable()
         if not waiting:
             return []
         rooms = self._rooms(now)
@@ -158,11 +177,8 @@ class ThunderPolicy(RouterCore):
             for name, room in rooms.items()
         ):
             return []  # nothing fits anywhere (the common case in an overloaded fleet)
-        aging_s = self.config.aging_s
         by_size = self.config.new_program_order == "smallest"
-        ranked = sorted(
-            (restore_rank(p, now, aging_s, new_by_size=by_size), p) for p in waiting
-        )  # ranks are unique (they end with the program id): programs are never compared
+        ranked = self._ranked(waiting, now)
         groups = {p.program_id: rank[0] for rank, p in ranked}
         share = self.config.restore_to
 

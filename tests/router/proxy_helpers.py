@@ -185,6 +185,12 @@ class StubBackend:
 
     capacity_tokens: int = 100_000
     status: int = 200
+    health_status: int = 200  # of GET /health
+    fail_marker: str | None = None  # a prompt containing it is answered 500
+    # A prompt containing `hold_marker` waits for `resume` before it is answered.
+    hold_marker: str | None = None
+    resume: asyncio.Event = field(default_factory=asyncio.Event)
+    report_usage: bool = True
     llamacpp_slots: int | None = None  # answer like llama-server: /props and /slots
     # Seconds between a stream's [DONE] event and its end (a busy backend's last write).
     end_after_done_s: float = 0.0
@@ -206,7 +212,7 @@ class StubBackend:
                 break
         path = scope["path"]
         if path == "/health":
-            return await _send_json(send, 200, {"status": "ok"})
+            return await _send_json(send, self.health_status, {})
         if path == "/get_server_info" and self.llamacpp_slots is None:
             return await _send_json(send, 200, {"max_total_num_tokens": self.capacity_tokens})
         if path == "/props" and self.llamacpp_slots is not None:
@@ -221,13 +227,19 @@ class StubBackend:
             return await _send_json(send, 404, {"error": "not found"})
         payload = json.loads(body) if body else {}
         self.seen.append({"path": path, "body": payload, "headers": dict(scope["headers"])})
-        if self.status != 200:
-            return await _send_json(send, self.status, {"error": {"message": "stub failure"}})
+        prompt = str(payload.get("prompt", ""))
+        if self.hold_marker is not None and self.hold_marker in prompt:
+            await self.resume.wait()
+        failed = self.fail_marker is not None and self.fail_marker in prompt
+        if self.status != 200 or failed:
+            status = 500 if failed else self.status
+            return await _send_json(send, status, {"error": {"message": "stub failure"}})
         usage = {"prompt_tokens": 100, "completion_tokens": 3, "total_tokens": 103}
         if not payload.get("stream"):
-            return await _send_json(
-                send, 200, {"choices": [{"index": 0, "text": "a b c"}], "usage": usage}
-            )
+            answer: dict[str, Any] = {"choices": [{"index": 0, "text": "a b c"}]}
+            if self.report_usage:
+                answer["usage"] = usage
+            return await _send_json(send, 200, answer)
         await send(
             {
                 "type": "http.response.start",

@@ -1,6 +1,7 @@
 """The pure planning functions: which programs pause, in what order waiting ones come back,
 where they go."""
 
+from lookahead_sdk.router import Hold, Restore, ThunderConfig, ThunderPolicy
 from lookahead_sdk.router.pause import plan_pauses
 from lookahead_sdk.router.restore import (
     AGED,
@@ -184,3 +185,29 @@ def test_when_the_decreasing_packing_leaves_one_out_the_selection_placement_stan
     plan = plan_restores([first, second, third], rooms, lambda p: ["a", "b"], lambda p: False)
     # Largest first would put 3 on b, 2 on a and find no room for the last 2.
     assert [(p.program_id, b) for p, b in plan] == [("x0", "b"), ("x1", "a"), ("x2", "b")]
+
+
+def _overloaded_with_a_held_program() -> tuple[ThunderPolicy, float]:
+    """Z grows and the backend overflows: I1, I2 and H (idle longest first) are paused; then H's
+    next request arrives and waits. I1 and I2 were paused first, H restores first."""
+    policy = ThunderPolicy(ThunderConfig(decay_half_life_s=0))
+    policy.add_backend("b", 1000)
+    now = 0.0
+    for program_id, tokens in (("Z", 100), ("I1", 300), ("I2", 300), ("H", 200)):
+        policy.request_arrived(program_id, f"{program_id}-1", tokens, now := now + 1)
+        policy.request_finished(f"{program_id}-1", now := now + 1, total_tokens=tokens)
+    policy.request_arrived("Z", "z-a", 0, now := now + 1)
+    policy.request_arrived("Z", "z-b", 0, now := now + 1)
+    policy.request_finished("z-a", now := now + 1, total_tokens=850)
+    now += 1
+    assert isinstance(policy.request_arrived("H", "h-1", 50, now), Hold)
+    return policy, now
+
+
+def test_restore_order_is_the_order_the_policy_restores_in() -> None:
+    policy, now = _overloaded_with_a_held_program()
+    assert policy.waiting() == ("I1", "I2", "H")  # paused in that order
+    assert policy.restore_order(now) == ("H", "I1", "I2")  # a held request first
+    decisions = policy.request_finished("z-b", now + 1, total_tokens=600)
+    restored = [d.program_id for d in decisions if isinstance(d, Restore)]
+    assert restored == ["H"]

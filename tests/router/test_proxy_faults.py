@@ -1,7 +1,7 @@
 """Faults through the router, against real `lookahead-sdk sim serve` processes: a backend
 SIGKILLed mid-stream, a client that disconnects (streaming or held), a backend answering 5xx
-before its first byte, every backend down, a backend unreachable at start; and what is no fault:
-a client closing its connection once it has the whole answer."""
+before its first byte and failing its health check, every backend down, a backend unreachable
+at start; and what is no fault: a client closing its connection once it has the whole answer."""
 
 from __future__ import annotations
 
@@ -140,10 +140,11 @@ async def test_client_disconnect_while_held_forwards_nothing() -> None:
             assert (await sim_stats(sim))["requests"] == requests_before
 
 
-async def test_5xx_before_the_first_byte_is_retried_on_another_backend() -> None:
+async def test_5xx_from_an_unhealthy_backend_is_retried_on_another_backend() -> None:
     with sims_running(1) as sims:
         (sim,) = sims
-        async with stub_running(StubBackend(capacity_tokens=1_000_000, status=500)) as stub:
+        broken = StubBackend(capacity_tokens=1_000_000, status=500, health_status=503)
+        async with stub_running(broken) as stub:
             # The stub has the most room: a new program is placed there first.
             config = ProxyConfig((stub.url, sim.url), retry_s=60)
             async with router_running(config) as router, router.client() as client:

@@ -12,8 +12,10 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from lookahead_sdk.router.capacity import from_llamacpp, from_server_info, from_vllm_metrics
+from lookahead_sdk.router.config import ThunderConfig
 from lookahead_sdk.router.exposition import ProxyCounters, render
 from lookahead_sdk.router.prompt_delta import PromptTracker
+from lookahead_sdk.router.proxy import RouterProxy
 from lookahead_sdk.router.proxy_config import ProxyConfig, parse_capacity
 from lookahead_sdk.router.slots import SlotTable
 from lookahead_sdk.router.sse import SseFramer, UsageTap
@@ -96,13 +98,35 @@ def test_prompt_deltas_count_what_a_request_adds() -> None:
     rewritten = [{"role": "system", "content": "summary"}, {"role": "user", "content": "go"}]
     assert tracker.new_tokens("p", {"messages": rewritten}, remember=True) == 2  # all of it
     assert tracker.new_tokens("q", {"input_ids": [1, 2, 3]}, remember=True) == 3
-    assert tracker.new_tokens("q", {"input_ids": [1, 2, 3, 4, 5]}, remember=True) == 2
+    assert tracker.new_tokens("q", {"input_ids": [1, 2, 3, 4, 5]}, remember=True) == 2  # no usage
     assert tracker.new_tokens("r", {"prompt": "one two"}, remember=True) == 2
-    assert tracker.new_tokens("r", {"prompt": "one two three"}, remember=True) == 1
+    tracker.served("r", 4)  # its usage: the prompt's 2 tokens and a 2-token reply
+    assert tracker.new_tokens("r", {"prompt": "one two x y three"}, remember=True) == 1
     tracker.forget("p")
     tracker.forget("q")
     tracker.forget("r")
     assert len(tracker) == 0
+
+
+@given(
+    st.lists(st.integers(1, 40), min_size=1, max_size=6),
+    st.integers(0, 5),
+    st.integers(0, 30),
+)
+def test_an_extending_prompt_counts_its_program_to_the_prompts_length(
+    steps: list[int], reply: int, first: int
+) -> None:
+    """Token-id prompts that resend the history and the reply: the program's tokens (its last
+    usage plus the new tokens, as the core adds them) are the prompt's length, each step. The
+    reply is inside the last usage, so it must not count again (the chat path skips it too)."""
+    tracker = PromptTracker(len, lambda m: 0)
+    prompt = list(range(first + 1))
+    usage = 0
+    for added in steps:
+        assert usage + tracker.new_tokens("p", {"input_ids": prompt}, remember=True) == len(prompt)
+        usage = len(prompt) + reply
+        tracker.served("p", usage)
+        prompt = prompt + [-1] * reply + list(range(added))
 
 
 def test_proxy_settings_are_validated() -> None:
@@ -141,10 +165,46 @@ def test_metrics_text_escapes_labels_and_counts() -> None:
 
 def test_slot_table_keeps_a_program_in_its_slot() -> None:
     table = SlotTable(3)
-    assert table.slot_for("a", lookahead=False) == 0
-    assert table.slot_for("b", lookahead=False) == 1
-    assert table.slot_for("a", lookahead=True) == 2  # the lookahead branch: another slot
-    assert table.slot_for("a", lookahead=False) == 0
-    assert table.slot_for("c", lookahead=False) is None  # all taken: llama.cpp picks
+    assert table.slot_for("a") == 0
+    assert table.slot_for("b") == 1
+    assert table.branch_slot("a", "r1") == 2  # the lookahead branch: another slot
+    assert table.slot_for("a") == 0
+    assert table.slot_for("c") is None  # all taken: llama.cpp picks
     table.forget("a")
-    assert table.slot_for("c", lookahead=False) == 0 and len(table) == 2
+    assert table.slot_for("c") == 0 and len(table) == 2
+
+
+def test_slot_table_frees_the_branch_slot_with_the_last_branch() -> None:
+    table = SlotTable(3)
+    table.slot_for("a")
+    assert table.branch_slot("a", "r1") == table.branch_slot("a", "r2") == 1  # shared
+    table.branch_ended("a", "r1")
+    assert table.slot_for("b") == 2  # r2 still runs in slot 1
+    table.branch_ended("a", "r2")
+    table.branch_ended("a", "r2")  # twice, or for a branch never placed: nothing happens
+    assert len(table) == 2 and table.slot_for("c") == 1
+    assert table.branch_slot("a", "r3") is None  # every slot holds a context
+    table.branch_ended("a", "r3")
+    assert len(table) == 3
+
+
+def test_program_view_reports_the_policys_restore_order() -> None:
+    config = ProxyConfig(
+        ("http://b:1",), prepare_window=2, thunder=ThunderConfig(decay_half_life_s=0)
+    )
+    proxy = RouterProxy(config, count_text=len)
+    core = proxy.core
+    core.add_backend("http://b:1", 1000)
+    now = 0.0
+    for program_id, tokens in (("Z", 100), ("I1", 300), ("I2", 300), ("H", 200)):
+        now += 1
+        core.request_arrived(program_id, f"{program_id}-1", tokens, now)
+        core.request_finished(f"{program_id}-1", now, total_tokens=tokens)
+    core.request_arrived("Z", "z-a", 0, now)
+    core.request_arrived("Z", "z-b", 0, now)
+    core.request_finished("z-a", now, total_tokens=850)  # over capacity: I1, I2, H pause
+    assert core.waiting() == ("I1", "I2", "H")
+    core.request_arrived("H", "h-1", 5, now)  # held: H comes back first
+    views = {p: proxy.program_view(p) for p in ("H", "I1", "I2")}
+    positions = {p: (v["queue_position"], v["restoring_soon"]) for p, v in views.items() if v}
+    assert positions == {"H": (0, True), "I1": (1, True), "I2": (2, False)}
