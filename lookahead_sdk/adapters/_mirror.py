@@ -17,7 +17,8 @@ running lookahead then goes stale by the runtime's own signature check: safe, ne
 from __future__ import annotations
 
 import operator
-from collections.abc import Callable, Hashable, Sequence
+from collections.abc import Callable, Hashable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 from itertools import compress, count
 from typing import Generic, TypeVar
@@ -180,6 +181,21 @@ class HistoryMirror(Generic[M]):
 
     def main_items(self) -> list[M]:
         return [e.item for e in self.main]
+
+    @contextmanager
+    def undone_on_error(self) -> Iterator[None]:
+        """Both views as they were when the block raises (the runtime refused what the block
+        mirrored): the next sync offers those items again. O(1): the views only grow in place
+        or are replaced by new lists, so truncating the old ones restores them."""
+        seen, main = self.seen, self.main
+        seen_end, main_end = len(seen), len(main)
+        try:
+            yield
+        except BaseException:
+            del seen[seen_end:]
+            del main[main_end:]
+            self.seen, self.main = seen, main
+            raise
 
     def reset(self) -> None:
         self.seen, self.main = [], []

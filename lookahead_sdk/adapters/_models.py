@@ -99,7 +99,7 @@ async def in_worker_thread(function: Callable[[], T], tags: RequestTags | None) 
 class HomeLoop:
     """The event loop a framework's async model client is used on (the agent's). Hooks call
     `remember()`; `run` awaits a coroutine there, from any loop, or right here when that loop
-    is this one or gone."""
+    is this one or gone, or ends while the coroutine runs there."""
 
     def __init__(self) -> None:
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -120,7 +120,21 @@ class HomeLoop:
         # The task there starts from a copy of this context: the program's tags, nothing of
         # the agent's own run.
         future = asyncio.run_coroutine_threadsafe(call(), home)
-        return await asyncio.wrap_future(future)
+        try:
+            return await asyncio.wrap_future(future)
+        except asyncio.CancelledError:
+            if _cancelled_here():
+                raise
+        # Cancelled on the home loop, not by our caller: that loop is ending (`asyncio.run`
+        # cancels what still runs there when the agent's run returns). A background summary
+        # must not die with the agent's run: it finishes here.
+        return await call()
+
+
+def _cancelled_here() -> bool:
+    """The running task itself is being cancelled (not only something it awaited)."""
+    task = asyncio.current_task()
+    return task is not None and task.cancelling() > 0
 
 
 def is_completion_client(value: object) -> bool:

@@ -276,6 +276,10 @@ class AdapterCore:
         self.events = EventQueue()
         self.book = StatsBook()
         self._discovered: Discovered | None = None
+        # Learned without the agent's model (a runtime asked for before its first call): the
+        # model's discovery replaces it, and the runtimes built from it are listed for rebuilding.
+        self._provisional = False
+        self._provisional_runtimes: list[HostedRuntime] = []
         self._loop: AdapterLoop | None = None
         self._lock = threading.Lock()
         self._servers: list[MetricsServer] = []
@@ -288,11 +292,22 @@ class AdapterCore:
     def started(self) -> bool:
         return self._discovered is not None
 
+    @property
+    def knows_model(self) -> bool:
+        """Discovered from the agent's model (not provisionally, without it)."""
+        return self._discovered is not None and not self._provisional
+
     def discover(
-        self, owner: str, facts: ModelFacts, default_summarizer: CompletionClient | None
+        self,
+        owner: str,
+        facts: ModelFacts,
+        default_summarizer: CompletionClient | None,
+        *,
+        provisional: bool = False,
     ) -> Discovered:
+        """Learned once; `provisional`: without the agent's model, until discovery with it."""
         with self._lock:
-            if self._discovered is None:
+            if self._discovered is None or (self._provisional and not provisional):
                 found = self.settings.discover(owner, facts, default_summarizer)
                 warmer = found.config.warmer
                 if warmer is not None:  # warm-ups are reported as events
@@ -300,14 +315,23 @@ class AdapterCore:
                         warmer=ObservingWarmer(warmer, self.events)
                     )
                     found = replace(found, config=config)
-                self._discovered = found
+                self._discovered, self._provisional = found, provisional
             return self._discovered
+
+    def take_provisional_runtimes(self) -> list[HostedRuntime]:
+        """The runtimes built before the model was known (once the model's discovery ran)."""
+        with self._lock:
+            if self._provisional:
+                return []
+            runtimes, self._provisional_runtimes = self._provisional_runtimes, []
+            return runtimes
 
     async def adiscover(
         self, owner: str, facts: ModelFacts, default_summarizer: CompletionClient | None
     ) -> Discovered:
         """`discover` off the caller's event loop (the probe blocks)."""
-        if self._discovered is not None:
+        if self.knows_model:
+            assert self._discovered is not None
             return self._discovered
         return await asyncio.to_thread(self.discover, owner, facts, default_summarizer)
 
@@ -335,6 +359,8 @@ class AdapterCore:
         policy = self.settings.policy
         hosted = self.loop.host(lambda: LookaheadRuntime(policy, config, messages=messages))
         self.book.track(hosted.runtime)
+        if self._provisional:
+            self._provisional_runtimes.append(hosted)
         return hosted
 
     def release(self, hosted: HostedRuntime) -> None:
@@ -477,7 +503,7 @@ class MirroredRuntime(Generic[M]):
         async def run(runtime: LookaheadRuntime) -> Step[M]:
             if shape is not None:
                 runtime.shape = shape  # warm-ups must render what the framework sends (tools!)
-            await _apply(runtime, self.mirror.plan(items), boundary=boundary)
+            await _signal(runtime, self._synced(runtime, items), boundary=boundary)
             step: Step[M] = Step(None)
             if commit:
                 outcome = await runtime.commit()
@@ -497,7 +523,7 @@ class MirroredRuntime(Generic[M]):
                 await _apply(runtime, self.mirror.restore(runtime.main.messages, items))
                 return True
             if items is not None:
-                await _apply(runtime, self.mirror.plan(items))
+                await _signal(runtime, self._synced(runtime, items))
             return False
 
         return run
@@ -522,9 +548,19 @@ class MirroredRuntime(Generic[M]):
     async def asave_state(self) -> dict[str, Any]:
         return await self.hosted.acall(_save)
 
+    def _synced(self, runtime: LookaheadRuntime, items: Sequence[M]) -> SyncPlan:
+        """The mirror synced to `items` and the runtime changed to match (no boundary yet); a
+        change the runtime refuses (a token count failing, say) is undone in the mirror too,
+        so the next sync offers those items again."""
+        with self.mirror.undone_on_error():
+            plan = self.mirror.plan(items)
+            _change(runtime, plan)
+        return plan
+
     def _extend(self, items: Sequence[M]) -> Callable[[LookaheadRuntime], Awaitable[None]]:
         async def run(runtime: LookaheadRuntime) -> None:
-            runtime.append(*self.mirror.extend(items))
+            with self.mirror.undone_on_error():
+                runtime.append(*self.mirror.extend(items))
             await runtime.boundary()
 
         return run
@@ -579,11 +615,20 @@ class MirroredRuntime(Generic[M]):
         return await self.hosted.acall(run)
 
 
-async def _apply(runtime: LookaheadRuntime, plan: SyncPlan, *, boundary: bool = True) -> None:
+def _change(runtime: LookaheadRuntime, plan: SyncPlan) -> None:
     if plan.replace is not None:
         runtime.main.replace(plan.replace)
     elif plan.append:
         runtime.append(*plan.append)
+
+
+async def _apply(runtime: LookaheadRuntime, plan: SyncPlan, *, boundary: bool = True) -> None:
+    _change(runtime, plan)
+    await _signal(runtime, plan, boundary=boundary)
+
+
+async def _signal(runtime: LookaheadRuntime, plan: SyncPlan, *, boundary: bool = True) -> None:
+    """The boundary a change the runtime accepted makes."""
     if boundary and plan.changed:
         await runtime.boundary()
 

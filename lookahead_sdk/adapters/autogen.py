@@ -33,7 +33,7 @@ import logging
 import time
 from collections.abc import AsyncGenerator, Callable, Mapping, Sequence
 from contextvars import ContextVar
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, ClassVar, Literal
 
 from autogen_agentchat.agents import BaseChatAgent
@@ -81,7 +81,7 @@ from lookahead_sdk.core.config import RuntimeConfig
 from lookahead_sdk.core.hosted import HostedRuntime
 from lookahead_sdk.core.offload_store import OffloadStore
 from lookahead_sdk.core.policy import ContextPolicy, register_adapter_locator
-from lookahead_sdk.core.runtime import CommitKind, LookaheadRuntime
+from lookahead_sdk.core.runtime import CommitKind, CommitOutcome, LookaheadRuntime
 from lookahead_sdk.core.warmer import RequestShape
 from lookahead_sdk.errors import ConfigurationError, StateError
 from lookahead_sdk.strategies.offload import read_offloaded_tool
@@ -378,6 +378,9 @@ class LookaheadChatCompletionContext(ChatCompletionContext, Component[LookaheadC
         self.clock = HookClock(keep_calls)
         self.calls = calls
         self._hosted: HostedRuntime | None = None
+        # Messages stored here whose runtime append failed (on the runtime's thread only): the
+        # next operation appends them first, so the runtime loses none and keeps their order.
+        self._unsent: list[Message] = []
         self._client_model: str | None = None
         self._check_window()
         self._stored = [self._store(m) for m in self._messages]
@@ -432,7 +435,7 @@ class LookaheadChatCompletionContext(ChatCompletionContext, Component[LookaheadC
     def hosted(self) -> HostedRuntime:
         """The runtime (created at first use; blocking the first time: async code awaits
         `ahosted()`)."""
-        if self._hosted is None:
+        if self._needs_runtime:
             self._core.discover(*self._discovery())
             self._open()
         assert self._hosted is not None
@@ -440,14 +443,21 @@ class LookaheadChatCompletionContext(ChatCompletionContext, Component[LookaheadC
 
     async def ahosted(self) -> HostedRuntime:
         self._home.remember()
-        if self._hosted is None:
+        if self._needs_runtime:
             await self._core.adiscover(*self._discovery())
             self._open()
         assert self._hosted is not None
         return self._hosted
 
+    @property
+    def _needs_runtime(self) -> bool:
+        """None yet, or the one held was closed (`aclose`: its stats stay readable until the
+        next use starts a new one from the messages held here)."""
+        return self._hosted is None or self._hosted.loop.closed
+
     def _open(self) -> None:
-        if self._hosted is None:
+        if self._needs_runtime:
+            self._unsent = []  # a new runtime starts from every message held here
             history = self._head() + [d for s in self._stored for d in self._dicts(s.message)]
             self._hosted = self._core.host(
                 self.settings.program_tags(), history, shape=RequestShape(self.model)
@@ -455,7 +465,8 @@ class LookaheadChatCompletionContext(ChatCompletionContext, Component[LookaheadC
 
     @property
     def runtime(self) -> LookaheadRuntime:
-        return self.hosted.runtime
+        """The runtime (a closed one until the next use opens another)."""
+        return self._hosted.runtime if self._hosted is not None else self.hosted.runtime
 
     async def offer_tools(self, tools: Sequence[Tool | ToolSchema]) -> None:
         """The tools the agent's requests carry (warm-ups must render them too); called by
@@ -510,10 +521,23 @@ class LookaheadChatCompletionContext(ChatCompletionContext, Component[LookaheadC
             self._stored.append(_Stored(message, tuple(message_digest(d) for d in messages)))
 
             async def append(runtime: LookaheadRuntime) -> None:
-                runtime.append(*messages)
+                self._feed(runtime, messages)
                 await runtime.boundary()
 
             hosted.submit(append)
+
+    def _feed(self, runtime: LookaheadRuntime, messages: Sequence[Message]) -> bool:
+        """On the runtime's thread: append what an earlier append failed to give, then
+        `messages`; all or nothing (a refused batch waits for the next operation). Whether
+        anything was appended."""
+        batch = [*self._unsent, *messages]
+        try:
+            runtime.append(*batch)
+        except Exception:
+            self._unsent = batch
+            raise
+        self._unsent = []
+        return bool(batch)
 
     async def get_messages(self) -> list[LLMMessage]:
         """Right before a model call: commit at the hard limit; the committed history."""
@@ -522,7 +546,7 @@ class LookaheadChatCompletionContext(ChatCompletionContext, Component[LookaheadC
         self.clock.start_turn()
         with self.clock.measure():
             started = time.perf_counter()
-            outcome = await hosted.acall(lambda runtime: runtime.commit())
+            outcome = await hosted.acall(self._commit)
             runtime = hosted.runtime
             self.calls.append(ContextCall(started, outcome.kind, runtime.main.tokens))
             if outcome.committed:
@@ -533,10 +557,37 @@ class LookaheadChatCompletionContext(ChatCompletionContext, Component[LookaheadC
             emit(event)
         return messages
 
+    async def _commit(self, runtime: LookaheadRuntime) -> CommitOutcome:
+        if self._feed(runtime, ()):  # what a failed append left out, before committing
+            await runtime.boundary()
+        outcome = await runtime.commit()
+        if not outcome.committed:
+            return outcome
+        sent = self._as_sent(outcome.messages)
+        if sent != outcome.messages:
+            # A message the commit made that AutoGen sends otherwise (a summary has no `name`,
+            # AutoGen sends a user message's source as one): the runtime's history becomes
+            # what the agent sends, so warm-ups render the prompt's prefix.
+            runtime.main.replace(sent)
+            outcome = replace(outcome, messages=sent)
+        return outcome
+
+    def _as_sent(self, committed: Sequence[Message]) -> list[Message]:
+        """`committed` as the agent sends it once it holds it as its messages."""
+        head = len(self._head())
+        return [
+            *committed[:head],
+            *(
+                d
+                for m in from_openai(committed[head:], _call_names(committed))
+                for d in self._dicts(m)
+            ),
+        ]
+
     def _adopt(self, committed: Sequence[Message]) -> None:
         """The committed history becomes the context's messages (unchanged ones reused)."""
         body = list(committed[len(self._head()) :])
-        names = {c["id"]: c["function"]["name"] for m in body for c in m.get("tool_calls") or ()}
+        names = _call_names(body)
         by_first = {}
         for stored in self._stored:
             if stored.digests:
@@ -568,6 +619,7 @@ class LookaheadChatCompletionContext(ChatCompletionContext, Component[LookaheadC
 
         async def reset(runtime: LookaheadRuntime) -> None:
             runtime.main.replace(head)
+            self._unsent = []
 
         await (await self.ahosted()).acall(reset)
 
@@ -593,6 +645,7 @@ class LookaheadChatCompletionContext(ChatCompletionContext, Component[LookaheadC
 
         async def load(runtime: LookaheadRuntime) -> None:
             core.load(runtime, saved)
+            self._unsent = []
 
         await (await self.ahosted()).acall(load)
         self._messages = messages
@@ -674,13 +727,19 @@ class LookaheadChatCompletionContext(ChatCompletionContext, Component[LookaheadC
 
     async def aclose(self) -> None:
         """Close the runtime and the warmer and summarizer given to this context (not the
-        agent's model client)."""
+        agent's model client). The context stays usable: its next use starts a runtime from
+        the messages it holds."""
         self.clock.end_turn()
         await self._core.aclose([self._hosted] if self._hosted is not None else [])
 
 
 async def _save(runtime: LookaheadRuntime) -> dict[str, Any]:
     return runtime.save_state()
+
+
+def _call_names(messages: Sequence[Message]) -> dict[str, str]:
+    """Tool-call ids to function names, for the results of those calls."""
+    return {c["id"]: c["function"]["name"] for m in messages for c in m.get("tool_calls") or ()}
 
 
 @dataclass

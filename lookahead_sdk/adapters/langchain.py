@@ -41,6 +41,7 @@ records them. `serve_metrics(port)` serves Prometheus metrics.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import threading
 import time
@@ -107,7 +108,7 @@ from lookahead_sdk.core.config import RuntimeConfig
 from lookahead_sdk.core.hosted import HostedRuntime
 from lookahead_sdk.core.offload_store import OffloadStore
 from lookahead_sdk.core.policy import ContextPolicy, register_adapter_locator
-from lookahead_sdk.core.runtime import CommitKind
+from lookahead_sdk.core.runtime import CommitKind, LookaheadRuntime
 from lookahead_sdk.core.warmer import RequestShape
 from lookahead_sdk.errors import ConfigurationError, StateError
 from lookahead_sdk.strategies.offload import read_offloaded_tool
@@ -417,8 +418,12 @@ class LookaheadMiddleware(AgentMiddleware):
         return self
 
     def runtime_for(self, thread_id: str = DEFAULT_THREAD) -> MirroredRuntime[BaseMessage]:
-        """The runtime serving one thread (created on first use)."""
-        self._ready(None)
+        """The runtime serving one thread (created on first use). Before the agent's first
+        model call it is built without what the model says (its summarizer, window, server):
+        that call rebuilds it with them, carrying its state over (this object stays valid; a
+        `LookaheadRuntime` taken from it before then does not)."""
+        if not self._core.started:
+            self._core.discover(*self._discovery(None), provisional=True)
         with self._lock:
             return self._thread(thread_id, create=True).session  # type: ignore[union-attr]
 
@@ -430,12 +435,39 @@ class LookaheadMiddleware(AgentMiddleware):
 
     # -- what the model says (once) ------------------------------------------------------------
     def _ready(self, model: BaseChatModel | None) -> None:
-        if not self._core.started:
+        if not self._core.knows_model:
             self._core.discover(*self._discovery(model))
+            self._rebuild_provisional()
 
     async def _aready(self, model: BaseChatModel | None) -> None:
-        if not self._core.started:
+        if not self._core.knows_model:
             await self._core.adiscover(*self._discovery(model))
+            await asyncio.to_thread(self._rebuild_provisional)
+
+    def _rebuild_provisional(self) -> None:
+        """The runtimes `runtime_for()` built before the model was known, rebuilt from what
+        it says, with their state (history, stats)."""
+        provisional = self._core.take_provisional_runtimes()
+        with self._lock:
+            for thread in self._threads.values():
+                if any(thread.session.hosted is hosted for hosted in provisional):
+                    self._rebuild(thread)
+
+    def _rebuild(self, thread: _Thread) -> None:
+        """Under `_lock`."""
+        old = thread.session.hosted
+        state = thread.session.save_state()
+        self._core.release(old)
+        # Closed first: it detaches from the warmer under the program id the new one takes.
+        old.close_soon().result(CLOSE_WAIT_S)
+        new = self._core.host(old.runtime.tags)
+        core = self._core
+
+        async def load(runtime: LookaheadRuntime) -> None:
+            core.load(runtime, state)
+
+        new.call(load)
+        thread.session.hosted = new
 
     def _discovery(
         self, model: BaseChatModel | None

@@ -31,6 +31,7 @@ serializer=llm.serializer())` gives it back to the LLM.
 
 from __future__ import annotations
 
+import logging
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Sequence
 from dataclasses import dataclass
@@ -90,6 +91,7 @@ from lookahead_sdk.errors import ConfigurationError, StateError
 from lookahead_sdk.strategies.offload import read_offloaded_tool
 
 dispatcher = get_dispatcher(__name__)
+log = logging.getLogger(__name__)
 
 
 def new_mirror(model: str | None) -> HistoryMirror[ChatMessage]:
@@ -262,6 +264,8 @@ class LookaheadLLM(FunctionCallingLLM):
     _clock: HookClock = PrivateAttr(default_factory=HookClock)
     _calls: CallLog[LLMCall] = PrivateAttr(default_factory=CallLog)
     _tagged: LLM | None = PrivateAttr(default=None)  # the LLM with the program's tags
+    # The runtime's state when it was closed: the next session resumes it (to_dict reports it).
+    _closed_state: dict[str, Any] | None = PrivateAttr(default=None)
 
     def __init__(
         self,
@@ -341,22 +345,38 @@ class LookaheadLLM(FunctionCallingLLM):
         its server say; blocking: async code uses `asession()`)."""
         if self._session is None:
             self._core.discover(*self._discovery())
-            self._open()
+            session = self._open()
+            if (state := self._take_closed_state()) is not None:
+                session.restore(self._core, state)
         assert self._session is not None
         return self._session
 
     async def asession(self) -> MirroredRuntime[ChatMessage]:
         if self._session is None:
             await self._core.adiscover(*self._discovery())
-            self._open()
+            session = self._open()
+            if (state := self._take_closed_state()) is not None:
+                await session.arestore(self._core, state)
         assert self._session is not None
         return self._session
 
-    def _open(self) -> None:
+    def _take_closed_state(self) -> dict[str, Any] | None:
+        state, self._closed_state = self._closed_state, None
+        return state
+
+    def saved_state(self) -> dict[str, Any] | None:
+        """The runtime's saved state: the live one's, else the one saved when it was closed
+        (None before the first use)."""
+        if self._session is not None:
+            return self._session.save_state()
+        return self._closed_state
+
+    def _open(self) -> MirroredRuntime[ChatMessage]:
         if self._session is None:
             name = self.llm.metadata.model_name
             hosted = self._core.host(self._core.settings.program_tags(), shape=RequestShape(name))
             self._session = MirroredRuntime(hosted, new_mirror(name))
+        return self._session
 
     @property
     def policy(self) -> ContextPolicy:
@@ -396,13 +416,20 @@ class LookaheadLLM(FunctionCallingLLM):
         return self._core.serve_metrics(port, host)
 
     def close(self) -> None:
-        """Close the runtime and the warmer and summarizer given to this LLM."""
+        """Close the runtime and the warmer and summarizer given to this LLM. The LLM stays
+        usable: its next use starts a runtime that resumes the closed one's saved state."""
         self._clock.end_turn()
-        self._core.close([self._session.hosted] if self._session is not None else [])
+        session, self._session = self._session, None
+        if session is not None:
+            self._closed_state = _final_state(session.save_state)
+        self._core.close([session.hosted] if session is not None else [])
 
     async def aclose(self) -> None:
         self._clock.end_turn()
-        await self._core.aclose([self._session.hosted] if self._session is not None else [])
+        session, self._session = self._session, None
+        if session is not None:
+            self._closed_state = await _afinal_state(session.asave_state)
+        await self._core.aclose([session.hosted] if session is not None else [])
 
     # -- the hook: every chat call ---------------------------------------------------------
     def _begin(self) -> float:
@@ -623,9 +650,9 @@ class LookaheadMemory(BaseMemory):
         """The memory with the runtime's saved state (JSON-safe), as `Context.to_dict` stores it."""
         data = super().to_dict(**kwargs)
         llm = self._llm
-        data["lookahead_state"] = (
-            llm.session.save_state() if llm is not None and llm.started else self._pending
-        )
+        own = llm is not None and (llm.started or self._pending is None)
+        state = llm.saved_state() if own else None  # type: ignore[union-attr]
+        data["lookahead_state"] = state if state is not None else self._pending
         return data
 
     # -- reading and writing -------------------------------------------------------------------
@@ -743,13 +770,32 @@ def _put(
             start = len(seen)  # the agent's last call was not [system, *memory, *scratchpad]
         new, uncovered = mirror.stored(messages, start)
         if new and uncovered:
-            runtime.main.replace(mirror.drop(uncovered))
+            with mirror.undone_on_error():  # each change: in both or in neither
+                runtime.main.replace(mirror.drop(uncovered))
         if new:
-            runtime.append(*mirror.extend(new))
+            with mirror.undone_on_error():
+                runtime.append(*mirror.extend(new))
             await runtime.boundary()
         return mirror.main_items()
 
     return run
+
+
+def _final_state(save: Callable[[], dict[str, Any]]) -> dict[str, Any] | None:
+    """The state of a runtime being closed; None (logged) when saving it fails: closing goes on."""
+    try:
+        return save()
+    except Exception as error:
+        log.warning("the lookahead state was not saved before closing: %r", error)
+        return None
+
+
+async def _afinal_state(save: Callable[[], Awaitable[dict[str, Any]]]) -> dict[str, Any] | None:
+    try:
+        return await save()
+    except Exception as error:
+        log.warning("the lookahead state was not saved before closing: %r", error)
+        return None
 
 
 def _system_head(items: Sequence[ChatMessage]) -> list[ChatMessage]:

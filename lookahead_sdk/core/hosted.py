@@ -103,7 +103,8 @@ class HostedRuntime:
     """Operations on the runtime run one at a time, in the order they were given, on the
     adapter's loop: `call` / `acall` wait for the result; `submit` does not (a segment boundary
     whose work should not hold the framework, e.g. before a tool runs), and a failure of a
-    submitted operation is raised by the next `call` / `acall`."""
+    submitted operation is raised by the next `call` / `acall` (once the operations given
+    before it ran, instead of that call's own operation)."""
 
     def __init__(self, loop: AdapterLoop, runtime: LookaheadRuntime) -> None:
         self.loop = loop
@@ -112,12 +113,10 @@ class HostedRuntime:
         self._failures: list[BaseException] = []
 
     def call(self, operation: Operation[T]) -> T:
-        self._raise_failure()
-        return self.loop.run(self._apply(operation))
+        return self.loop.run(self._apply(operation, raise_failure=True))
 
     async def acall(self, operation: Operation[T]) -> T:
-        self._raise_failure()
-        return await self.loop.arun(self._apply(operation))
+        return await self.loop.arun(self._apply(operation, raise_failure=True))
 
     def settle(self) -> None:
         """Wait until every submitted operation ran (before reading the runtime's state)."""
@@ -127,8 +126,7 @@ class HostedRuntime:
         await self.acall(_nothing)
 
     def submit(self, operation: Operation[Any]) -> None:
-        future = asyncio.run_coroutine_threadsafe(self._apply(operation), self.loop.loop)
-        future.add_done_callback(self._remember_failure)
+        asyncio.run_coroutine_threadsafe(self._apply_submitted(operation), self.loop.loop)
 
     def close_soon(self) -> concurrent.futures.Future[None]:
         """Close the runtime after the operations already given (a commit in progress ends
@@ -137,19 +135,26 @@ class HostedRuntime:
         future.add_done_callback(_log_close_failure)
         return future
 
-    async def _apply(self, operation: Operation[T]) -> T:
-        if self._order is None:
-            self._order = asyncio.Lock()
-        async with self._order:  # FIFO: operations keep the order they were given in
+    async def _apply(self, operation: Operation[T], *, raise_failure: bool = False) -> T:
+        async with self._fifo():
+            # Checked here, after every operation given before this one ran: a submitted
+            # operation that failed just before is raised now, not one call later.
+            if raise_failure and self._failures:
+                raise self._failures.pop(0)
             return await operation(self.runtime)
 
-    def _remember_failure(self, future: concurrent.futures.Future[None]) -> None:
-        if not future.cancelled() and future.exception() is not None:
-            self._failures.append(future.exception())  # type: ignore[arg-type]
+    async def _apply_submitted(self, operation: Operation[Any]) -> None:
+        async with self._fifo():
+            try:
+                await operation(self.runtime)
+            except Exception as error:  # kept for the next call, before it runs anything
+                self._failures.append(error)
 
-    def _raise_failure(self) -> None:
-        if self._failures:
-            raise self._failures.pop(0)
+    def _fifo(self) -> asyncio.Lock:
+        """Operations keep the order they were given in (on the adapter's loop only)."""
+        if self._order is None:
+            self._order = asyncio.Lock()
+        return self._order
 
 
 async def _nothing(runtime: LookaheadRuntime) -> None:

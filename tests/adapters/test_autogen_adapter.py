@@ -35,10 +35,12 @@ from lookahead_sdk.adapters.autogen import (
     from_openai,
     to_openai,
 )
+from lookahead_sdk.base.completion import Completion
 from lookahead_sdk.base.tokens import ApproxTokenCounter, CachedTokenCounter
 from lookahead_sdk.core.runtime import CommitKind
 from lookahead_sdk.core.state import LookaheadStatus
 from lookahead_sdk.strategies import KeepRecent, Offload, Summarize
+from lookahead_sdk.strategies.summarize import DEFAULT_INSTRUCTION
 
 from ..support.recording_proxy import RecordingProxy
 
@@ -268,8 +270,204 @@ messages = st.lists(
 )
 
 
+class SummaryFake:
+    """A CompletionClient summarizing at once."""
+
+    async def complete(
+        self, messages: Sequence[Any], *, max_tokens: int, temperature: float
+    ) -> Completion:
+        return Completion("the summary")
+
+
+def as_sent(dicts: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    return [d for m in from_openai(dicts) for d in to_openai(m)]
+
+
 @settings(max_examples=100, deadline=None)
-@given(messages)
-def test_openai_form_round_trips(history: list[LLMMessage]) -> None:
+@given(messages, st.lists(st.tuples(st.integers(0, 16), texts), max_size=3))
+def test_openai_form_round_trips(
+    history: list[LLMMessage], nameless: list[tuple[int, str]]
+) -> None:
     dicts = [d for m in history for d in to_openai(m)]
-    assert [d for m in from_openai(dicts) for d in to_openai(m)] == dicts
+    assert as_sent(dicts) == dicts
+    # User messages a commit made (a summary) carry no name; AutoGen sends a user message's
+    # source as one: they gain it, and from then on the form is exact.
+    for index, text in nameless:
+        dicts.insert(min(index, len(dicts)), {"role": "user", "content": text})
+    sent = as_sent(dicts)
+    assert sent == [
+        {"name": "user", **d} if d["role"] == "user" and "name" not in d else d for d in dicts
+    ]
+    assert as_sent(sent) == sent
+
+
+def test_after_a_summary_the_agent_sends_the_runtimes_history() -> None:
+    """The summary a commit makes has no name; what the agent sends for it (AutoGen's client
+    adds the source as name) is the runtime's history too, so warm-ups render its prefix."""
+    client = replay(9)
+    runtime_at_call: list[list[dict[str, Any]]] = []
+    ctx = context(
+        Summarize(lookahead_at=600, hard_limit=900, recent_budget=300),
+        summarizer=SummaryFake(),
+        on_call=lambda _: runtime_at_call.append([dict(m) for m in ctx.runtime.main.messages]),
+    )
+    agent = AssistantAgent(
+        "analyst",
+        LookaheadModelClient(client, context=ctx),
+        tools=[read],
+        system_message="analyze",
+        model_context=ctx,
+        max_tool_iterations=20,
+    )
+
+    async def go() -> None:
+        try:
+            await agent.run(task="go")
+        finally:
+            await ctx.aclose()
+
+    asyncio.run(go())
+    assert any(call.commit is not CommitKind.NONE for call in ctx.calls)
+    for sent, history in zip(client.received, runtime_at_call, strict=True):
+        assert [d for m in sent for d in to_openai(m)] == history
+
+
+class FailsOnce:
+    """A token counter that fails once on a text containing `marker` (a tokenizer timing out)."""
+
+    name = "fails-once"
+
+    def __init__(self, marker: str) -> None:
+        self.inner, self.marker, self.failed = ApproxTokenCounter(), marker, False
+
+    def count_text(self, text: str) -> int:
+        if self.marker in text and not self.failed:
+            self.failed = True
+            raise RuntimeError("tokenizer timed out")
+        return self.inner.count_text(text)
+
+
+async def tool_turn(ctx: LookaheadChatCompletionContext, i: int) -> None:
+    call = FunctionCall(id=f"c{i}", name="read", arguments="{}")
+    await ctx.add_message(AssistantMessage(content=[call], source="a"))
+    result = FunctionExecutionResult(content=read(i), name="read", call_id=f"c{i}")
+    await ctx.add_message(FunctionExecutionResultMessage(content=[result]))
+
+
+def test_a_refused_append_surfaces_at_the_next_call_and_loses_no_message() -> None:
+    ctx = LookaheadChatCompletionContext(
+        KeepRecent(budget=700, lookahead_at=1000, hard_limit=1300),
+        system_message="analyze",
+        window_tokens=8192,
+        token_counter=FailsOnce("chunk 5:"),
+    )
+
+    async def go() -> list[LLMMessage]:
+        try:
+            await ctx.add_message(UserMessage(content="go", source="user"))
+            for i in range(6):
+                await tool_turn(ctx, i)
+            with pytest.raises(RuntimeError, match="tokenizer timed out"):
+                await ctx.get_messages()  # the next call after the refused append
+            await tool_turn(ctx, 6)
+            return await ctx.get_messages()
+        finally:
+            await ctx.aclose()
+
+    sent = asyncio.run(go())
+    calls = [c.id for m in sent if isinstance(m, AssistantMessage) for c in m.content]  # type: ignore[union-attr]
+    results = [
+        r.call_id for m in sent if isinstance(m, FunctionExecutionResultMessage) for r in m.content
+    ]
+    assert calls[-2:] == ["c5", "c6"] and results[-2:] == ["c5", "c6"]
+    assert [d for m in sent for d in to_openai(m)] == list(ctx.runtime.main.messages[1:])
+
+
+class SlowSummaryReplay(ReplayChatCompletionClient):
+    """The replay client, whose summaries (the default summarizer's calls) take a while."""
+
+    async def create(self, messages: Sequence[LLMMessage], **kwargs: Any) -> CreateResult:
+        if getattr(messages[-1], "content", None) == DEFAULT_INSTRUCTION:
+            await asyncio.sleep(0.5)  # still running when the agent's asyncio.run() ends
+            return CreateResult(
+                finish_reason="stop", content="the summary", usage=USAGE, cached=False
+            )
+        return await super().create(messages, **kwargs)
+
+
+def tool_run(first: int, count: int) -> list[CreateResult]:
+    results = [
+        CreateResult(
+            finish_reason="function_calls",
+            content=[FunctionCall(id=f"c{i}", name="read", arguments=json.dumps({"n": i}))],
+            usage=USAGE,
+            cached=False,
+        )
+        for i in range(first, first + count)
+    ]
+    return [*results, CreateResult(finish_reason="stop", content="done", usage=USAGE, cached=False)]
+
+
+async def _settled_status(runtime: Any) -> LookaheadStatus:
+    await runtime.settle(timeout_s=10)
+    return runtime.lookahead.status
+
+
+def test_a_summary_outlives_the_agents_event_loop() -> None:
+    """The agent's model client summarizes; run 1's asyncio.run() ends while the lookahead's
+    summary runs on its loop: the summary finishes anyway, and run 2 commits from it."""
+    client = SlowSummaryReplay([*tool_run(0, 4), *tool_run(4, 4)], model_info=INFO)
+    ctx = context(
+        Summarize(lookahead_at=500, hard_limit=1100, recent_budget=300, commit_ahead=False),
+        model_client=client,
+    )
+    agent = AssistantAgent(
+        "analyst",
+        LookaheadModelClient(client, context=ctx),
+        tools=[read],
+        system_message="analyze",
+        model_context=ctx,
+        max_tool_iterations=20,
+    )
+    asyncio.run(agent.run(task="go"))
+    try:
+        assert ctx.runtime.stats.lookaheads_started >= 1
+        assert ctx.hosted.call(_settled_status) is LookaheadStatus.READY  # not stuck RUNNING
+        asyncio.run(agent.run(task="more"))
+        committed = [call.commit for call in ctx.calls if call.commit is not CommitKind.NONE]
+        assert committed and ctx.runtime.stats.hits >= 1
+    finally:
+        asyncio.run(ctx.aclose())
+
+
+def test_the_context_is_usable_after_it_was_closed() -> None:
+    """Like LangChain's middleware: after aclose() the next run starts a runtime from the
+    messages the context holds."""
+    client = replay(2)
+    ctx = context(KeepRecent(budget=4000, lookahead_at=6000, hard_limit=7000))  # no commit
+    agent = AssistantAgent(
+        "analyst",
+        LookaheadModelClient(client, context=ctx),
+        tools=[read],
+        system_message="analyze",
+        model_context=ctx,
+        max_tool_iterations=20,
+    )
+
+    async def go() -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+        await agent.run(task="go")
+        await ctx.aclose()
+        client.reset()
+        try:
+            await agent.run(task="again")
+            hosted = await ctx.ahosted()
+            await hosted.asettle()  # the last add_message's append
+            history = [dict(m) for m in hosted.runtime.main.messages]
+        finally:
+            await ctx.aclose()
+        return history, [d for m in ctx.messages for d in to_openai(m)]
+
+    history, held = asyncio.run(go())
+    assert history[1:] == held  # the new runtime holds what the context held, and the new run
+    users = [d["content"] for d in held if d["role"] == "user"]
+    assert users == ["go", "again"] and held[-1]["content"] == "done"

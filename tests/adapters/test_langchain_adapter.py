@@ -232,3 +232,93 @@ def test_requests_reach_the_server_with_the_programs_tags() -> None:
     assert [m["role"] for m in body["messages"]] == ["system", "user"]
     # Warm-ups render with what the request carried besides messages: the same tools and model.
     assert list(shape.tools) == body["tools"] and shape.model == body["model"]
+
+
+class FailsOnce:
+    """A token counter that fails once on a text containing `marker` (a tokenizer timing out)."""
+
+    name = "fails-once"
+
+    def __init__(self, marker: str) -> None:
+        self.inner, self.marker, self.failed = ApproxTokenCounter(), marker, False
+
+    def count_text(self, text: str) -> int:
+        if self.marker in text and not self.failed:
+            self.failed = True
+            raise RuntimeError("tokenizer timed out")
+        return self.inner.count_text(text)
+
+
+def unanswered_calls(messages: list[BaseMessage]) -> list[str]:
+    answered = {m.tool_call_id for m in messages if isinstance(m, ToolMessage)}
+    asked = [c["id"] for m in messages if isinstance(m, AIMessage) for c in m.tool_calls]
+    return [call for call in asked if call not in answered]
+
+
+def test_a_refused_tool_output_is_offered_again_and_never_lost() -> None:
+    """The runtime refuses a tool output once: the error surfaces, and when the user invokes
+    the thread again the runtime gets that output, so no prompt sends its call without it."""
+    from langgraph.checkpoint.memory import InMemorySaver
+
+    model = fake_model([{"name": "read", "args": {"n": i}} for i in range(10)])
+    lookahead = LookaheadMiddleware(
+        small_keep_recent(),
+        window_tokens=8192,
+        token_counter=FailsOnce("chunk 6:"),
+        release_after_agent=False,
+    )
+    agent = create_agent(
+        model,
+        [read_tool()],
+        system_prompt="analyze",
+        middleware=[lookahead],
+        checkpointer=InMemorySaver(),
+    )
+    config: Any = {"configurable": {"thread_id": "t1"}}
+    try:
+        with pytest.raises(RuntimeError, match="tokenizer timed out"):
+            agent.invoke({"messages": [HumanMessage("go")]}, config)
+        out = agent.invoke({"messages": [HumanMessage("continue")]}, config)
+    finally:
+        lookahead.close()
+    resumed = next(i for i, sent in enumerate(model.received) if "continue" in contents(sent))
+    assert chunk(6) in contents(model.received[resumed])  # the runtime holds it again
+    assert all(not unanswered_calls(sent) for sent in model.received)
+    assert not unanswered_calls(out["messages"])
+
+
+class SummarizingFake(RecordingFake):
+    """Also answers the summary requests the middleware makes through the agent's model."""
+
+    def _generate(self, messages: list[BaseMessage], *args: Any, **kwargs: Any) -> Any:
+        from langchain_core.outputs import ChatGeneration, ChatResult
+
+        from lookahead_sdk.strategies.summarize import DEFAULT_INSTRUCTION
+
+        if messages and messages[-1].content == DEFAULT_INSTRUCTION:
+            return ChatResult(generations=[ChatGeneration(message=AIMessage("the summary"))])
+        return super()._generate(messages, *args, **kwargs)
+
+
+def test_a_runtime_asked_for_before_the_first_model_call_gets_the_models_summarizer() -> None:
+    """runtime_for() before the run cannot know the agent's model: the first model call
+    rebuilds that runtime with it (the default summarizer), keeping what it held."""
+    replies = [
+        AIMessage("", tool_calls=[{"name": "read", "args": {"n": i}, "id": f"c{i}"}])
+        for i in range(7)
+    ]
+    model = SummarizingFake(messages=iter([*replies, AIMessage("done")]), received=[])
+    lookahead = middleware(
+        Summarize(lookahead_at=600, hard_limit=900, recent_budget=300), release_after_agent=False
+    )
+    agent = create_agent(model, [read_tool()], system_prompt="analyze", middleware=[lookahead])
+    early = lookahead.runtime_for()
+    try:
+        agent.invoke({"messages": [HumanMessage("go")]})
+        assert lookahead.discovered is not None
+        assert lookahead.discovered.config.summarizer is not None
+        assert early.runtime.summarizer is lookahead.discovered.config.summarizer
+        assert lookahead.runtime_for() is early
+        assert early.runtime.stats.hits >= 1
+    finally:
+        lookahead.close()

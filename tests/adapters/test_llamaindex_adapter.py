@@ -278,3 +278,30 @@ def test_tags_reach_the_server_merged_with_the_llms_extra_body() -> None:
     assert body["program_id"] == "li-agent" and body["priority_class"] == "lc" and body["own"] == 1
     # Warm-ups render with what the request carried besides messages: the same tools and model.
     assert list(shape.tools) == body["tools"] and shape.model == body["model"]
+
+
+def test_the_llm_is_usable_after_it_was_closed() -> None:
+    """Like LangChain's middleware: after aclose() the memory still saves, and the next run
+    starts a runtime that resumes the closed one's history."""
+    recorder = Recorder(function_calls(2))
+    llm = wrapped(recorder)
+    agent = FunctionAgent(tools=[read], llm=llm, system_prompt="analyze")
+    memory = llm.memory()
+
+    async def go() -> tuple[dict[str, Any], str]:
+        await agent.run("first", memory=memory, max_iterations=20)
+        await llm.aclose()
+        saved = memory.to_dict()
+        try:
+            answer = await agent.run("second", memory=memory, max_iterations=20)
+        finally:
+            await llm.aclose()
+        return saved, str(answer)
+
+    saved, answer = asyncio.run(go())
+    state = saved["lookahead_state"]
+    assert state is not None and read(0) in str(state)  # the first run's history
+    assert answer == "done"
+    second = recorder.received[3]  # the second run's first call: the first run, then the task
+    assert read(0) in [m.content for m in second] and second[-1].content == "second"
+    assert llm.saved_state() is not None  # closed again: its state kept for the next use

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Iterator
+from typing import Any, cast
 
 import pytest
 
@@ -80,3 +81,24 @@ def test_a_failing_quick_operation_raises_in_the_hook(adapter_loop: AdapterLoop)
 
     with pytest.raises(ValueError, match="window_tokens"):
         asyncio.run(main())
+
+
+def test_a_submitted_failure_is_raised_by_the_very_next_call(adapter_loop: AdapterLoop) -> None:
+    """The next call raises it even when it comes before the submitted operation ran (the
+    hook right after a segment boundary), instead of running its own operation."""
+    hosted_runtime = hosted.HostedRuntime(adapter_loop, cast(Any, "runtime"))
+    ran: list[str] = []
+
+    async def fails_later(_: object) -> None:
+        await asyncio.sleep(0.05)  # still queued when the call below is given
+        raise ValueError("tokenizer timed out")
+
+    async def record(_: object) -> str:
+        ran.append("call")
+        return "done"
+
+    hosted_runtime.submit(fails_later)
+    with pytest.raises(ValueError, match="tokenizer timed out"):
+        hosted_runtime.call(record)
+    assert ran == []  # the call's own operation did not run
+    assert hosted_runtime.call(record) == "done"  # raised once, then gone
