@@ -199,8 +199,17 @@ class ContextPolicy(ABC):
         return 0
 
     def assemble(self, result: TransformResult, suffix: Sequence[Message]) -> list[Message]:
-        """The committed context from a lookahead result and the messages that arrived since."""
+        """The committed context from a lookahead result and the messages that arrived since
+        (what its warm-ups prefill)."""
         return [*result.messages, *suffix]
+
+    def finish_hit(
+        self, assembled: list[Message], result: TransformResult, suffix: Sequence[Message]
+    ) -> list[Message]:
+        """What a hit commits, from `assemble`'s context: a policy whose lookahead counted on
+        messages that did not come by the commit may undo that here (Offload puts back a
+        newest output it offloaded when no newer one arrived)."""
+        return assembled
 
     def __or__(self, other: ContextPolicy) -> Pipeline:
         return Pipeline(self, other)

@@ -549,10 +549,9 @@ class LookaheadRuntime:
     def _committed_as_is(self, lookahead: LookaheadState) -> list[Message]:
         """A ready result with the suffix that arrived since its snapshot: what a hit commits
         unless it is resized. (Callers check that it has a result.)"""
-        return self.policy.assemble(
-            TransformResult(list(lookahead.messages or ()), dict(lookahead.strategy_data)),
-            self.main.messages[lookahead.last_segment_end :],
-        )
+        result = TransformResult(list(lookahead.messages or ()), dict(lookahead.strategy_data))
+        suffix = self.main.messages[lookahead.last_segment_end :]
+        return self.policy.finish_hit(self.policy.assemble(result, suffix), result, suffix)
 
     def _orphans_results(self, lookahead: LookaheadState) -> bool:
         """Whether committing a ready result as it is would leave a tool result without its call

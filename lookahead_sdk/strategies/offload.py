@@ -94,16 +94,21 @@ class Offload(LimitTriggered):
             result.append(message)
         return TransformResult(result, data)
 
-    def assemble(self, result: TransformResult, suffix: Sequence[Message]) -> list[Message]:
-        """A lookahead offloaded its newest output expecting a newer one before the commit; when
-        none came (the model answered, the user asked), that output is the newest and stays in
-        full, as a synchronous commit keeps it."""
-        messages = [*result.messages, *suffix]
+    def finish_hit(
+        self, assembled: list[Message], result: TransformResult, suffix: Sequence[Message]
+    ) -> list[Message]:
+        """A lookahead offloads its newest output expecting a newer one before the commit (and
+        its warm-ups prefill it so); when none came (the model answered, the user asked), that
+        output is still the newest and goes in full, as a synchronous commit keeps it."""
         newest = result.data.get(NEWEST_OFFLOADED)
-        if newest is not None and not any(m.get("role") == "tool" for m in suffix):
-            index = newest["index"]
-            messages[index] = with_content(messages[index], newest["content"])
-        return messages
+        if newest is None or any(m.get("role") == "tool" for m in suffix):
+            return assembled
+        index = newest["index"]
+        return [
+            *assembled[:index],
+            with_content(assembled[index], newest["content"]),
+            *assembled[index + 1 :],
+        ]
 
     def should_lookahead(self, main: MainState, lookahead: LookaheadState) -> bool:
         # Offloading costs file writes only: a ready result is redone at each boundary that
