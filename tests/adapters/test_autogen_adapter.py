@@ -42,6 +42,7 @@ from lookahead_sdk.core.state import LookaheadStatus
 from lookahead_sdk.strategies import KeepRecent, Offload, Summarize
 from lookahead_sdk.strategies.summarize import DEFAULT_INSTRUCTION
 
+from ..support.counters import FailsOnce
 from ..support.recording_proxy import RecordingProxy
 
 INFO = {
@@ -330,21 +331,6 @@ def test_after_a_summary_the_agent_sends_the_runtimes_history() -> None:
     assert any(call.commit is not CommitKind.NONE for call in ctx.calls)
     for sent, history in zip(client.received, runtime_at_call, strict=True):
         assert [d for m in sent for d in to_openai(m)] == history
-
-
-class FailsOnce:
-    """A token counter that fails once on a text containing `marker` (a tokenizer timing out)."""
-
-    name = "fails-once"
-
-    def __init__(self, marker: str) -> None:
-        self.inner, self.marker, self.failed = ApproxTokenCounter(), marker, False
-
-    def count_text(self, text: str) -> int:
-        if self.marker in text and not self.failed:
-            self.failed = True
-            raise RuntimeError("tokenizer timed out")
-        return self.inner.count_text(text)
 
 
 async def tool_turn(ctx: LookaheadChatCompletionContext, i: int) -> None:

@@ -26,6 +26,7 @@ from lookahead_sdk.base.tokens import ApproxTokenCounter, CachedTokenCounter
 from lookahead_sdk.core.runtime import CommitKind
 from lookahead_sdk.strategies import KeepRecent, Offload, Summarize
 
+from ..support.counters import FailsOnce
 from ..support.recording_proxy import RecordingProxy
 
 CHUNK_WORDS = 150  # ~160 approximate tokens per tool output
@@ -232,21 +233,6 @@ def test_requests_reach_the_server_with_the_programs_tags() -> None:
     assert [m["role"] for m in body["messages"]] == ["system", "user"]
     # Warm-ups render with what the request carried besides messages: the same tools and model.
     assert list(shape.tools) == body["tools"] and shape.model == body["model"]
-
-
-class FailsOnce:
-    """A token counter that fails once on a text containing `marker` (a tokenizer timing out)."""
-
-    name = "fails-once"
-
-    def __init__(self, marker: str) -> None:
-        self.inner, self.marker, self.failed = ApproxTokenCounter(), marker, False
-
-    def count_text(self, text: str) -> int:
-        if self.marker in text and not self.failed:
-            self.failed = True
-            raise RuntimeError("tokenizer timed out")
-        return self.inner.count_text(text)
 
 
 def unanswered_calls(messages: list[BaseMessage]) -> list[str]:
