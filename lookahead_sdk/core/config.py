@@ -11,10 +11,10 @@ plus keyword overrides of its fields, so a setting has one name and one check ev
 from __future__ import annotations
 
 import inspect
-import math
 from dataclasses import dataclass, fields, replace
 from typing import Any, Literal, get_args
 
+from lookahead_sdk.base.checks import require_flag, require_int, require_number
 from lookahead_sdk.base.completion import CompletionClient
 from lookahead_sdk.base.protocol import RequestTags
 from lookahead_sdk.base.tokens import TokenCounter
@@ -77,13 +77,14 @@ class RuntimeConfig:
     def __post_init__(self) -> None:
         if self.mode not in RUNTIME_MODES:
             raise ConfigurationError(f"mode must be 'lookahead' or 'sync', got {self.mode!r}")
-        window = self.window_tokens
-        if window is not None and (
-            isinstance(window, bool) or not isinstance(window, int) or window <= 0
-        ):
-            raise ConfigurationError(
-                f"window_tokens must be the model's context size as a positive int, got {window!r}"
-            )
+        require_int(
+            "window_tokens",
+            self.window_tokens,
+            low=1,
+            optional=True,
+            meaning="the model's context size",
+            error=ConfigurationError,
+        )
         if self.token_counter is not None and not callable(
             getattr(self.token_counter, "count_text", None)
         ):
@@ -106,38 +107,31 @@ class RuntimeConfig:
         _check_type(self.tags, RequestTags, "tags", "use RequestTags(program_id=...)")
         if self.tags is not None and self.tags.program_id is None:
             raise ConfigurationError("tags.program_id is required: one id per agent program")
-        limit = self.model_call_limit
-        if limit is not None and (
-            isinstance(limit, bool) or not isinstance(limit, int) or limit < 1
-        ):
-            raise ConfigurationError(
-                f"model_call_limit must be an int >= 1 (the most model calls the program makes: "
-                f"a one-task agent's step limit) or None (no end known), got {limit!r}"
-            )
-        if not isinstance(self.warm_suffix, bool):
-            raise ConfigurationError(f"warm_suffix must be True or False, got {self.warm_suffix!r}")
+        require_int(
+            "model_call_limit",
+            self.model_call_limit,
+            low=1,
+            optional=True,
+            meaning="the most model calls the program makes: a one-task agent's step limit",
+            fix="None means no end is known",
+            error=ConfigurationError,
+        )
+        require_flag("warm_suffix", self.warm_suffix, error=ConfigurationError)
         for name in (
             "transform_timeout_s",
             "sync_transform_timeout_s",
             "commit_wait_timeout_s",
             "warmup_wait_timeout_s",
         ):
-            value = getattr(self, name)
-            if value is None:
-                continue
-            zero_allowed = name == "warmup_wait_timeout_s"  # 0: never wait for a chunk
-            if (
-                isinstance(value, bool)
-                or not isinstance(value, int | float)
-                or not math.isfinite(value)
-                or value < 0
-                or (value == 0 and not zero_allowed)
-            ):
-                bound = ">= 0" if zero_allowed else "> 0"
-                raise ConfigurationError(
-                    f"{name} must be a number of seconds {bound}, or None for no limit; "
-                    f"got {value!r}"
-                )
+            require_number(
+                name,
+                getattr(self, name),
+                low_open=name != "warmup_wait_timeout_s",  # 0 there: never wait for a chunk
+                optional=True,
+                meaning="seconds",
+                fix="None means no limit",
+                error=ConfigurationError,
+            )
 
     def with_overrides(self, **overrides: Any) -> RuntimeConfig:
         """This config with some fields replaced (validated; an unknown name is an error)."""

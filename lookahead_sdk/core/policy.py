@@ -275,6 +275,15 @@ class Pipeline(ContextPolicy):
     def keeps_live_prefix(self, main: MainState, lookahead: LookaheadState) -> bool:
         return all(stage.keeps_live_prefix(main, lookahead) for stage in self.stages)
 
+    def finish_hit(
+        self, assembled: list[Message], result: TransformResult, suffix: Sequence[Message]
+    ) -> list[Message]:
+        # Each stage with its own data (`transform` files it under the stage's name).
+        for stage in self.stages:
+            stage_result = TransformResult(result.messages, result.data.get(stage.name, {}))
+            assembled = stage.finish_hit(assembled, stage_result, suffix)
+        return assembled
+
     def rewrites_suffix(self, assembled: MainState) -> bool:
         # Transforming the assembled context again runs every stage: a later stage would
         # summarize or trim a second time, so only a one-stage pipeline asks its stage.

@@ -34,6 +34,7 @@ from enum import StrEnum
 from typing import Any, ClassVar
 
 from lookahead_sdk.base.averages import moving_average
+from lookahead_sdk.base.checks import require_int, require_number
 from lookahead_sdk.base.completion import CompletionClient
 from lookahead_sdk.base.messages import (
     Message,
@@ -305,14 +306,14 @@ class LookaheadRuntime:
 
     @model_calls_left.setter
     def model_calls_left(self, value: int | None) -> None:
-        if value is not None and (
-            isinstance(value, bool) or not isinstance(value, int) or value < 0
-        ):
-            raise InvalidInputError(
-                f"model_calls_left must be an int >= 0 (the model calls the agent's step limit "
-                f"still allows after this one) or None (no limit), got {value!r}"
-            )
-        self._model_calls_left = value
+        self._model_calls_left = require_int(
+            "model_calls_left",
+            value,
+            optional=True,
+            meaning="the model calls the agent's step limit still allows after this one",
+            fix="None means no limit",
+            error=InvalidInputError,
+        )
 
     # -- feeding the live history ------------------------------------------------------------
     def append(self, *messages: Message) -> None:
@@ -1329,8 +1330,8 @@ def _warmed_end(saved: Mapping[str, Any], history_length: int) -> int | None:
     end = saved.get("warmed_end")
     if end is None:  # never warmed, or saved before the field existed
         return None
-    end = _non_negative_int(end)
-    if not _non_negative_int(saved["last_segment_end"]) <= end <= history_length:
+    end = require_int("warmed_end", end)
+    if not require_int("last_segment_end", saved["last_segment_end"]) <= end <= history_length:
         raise ValueError(
             f"warmed_end {end} lies outside the result's suffix (last_segment_end.."
             f"{history_length} messages)"
@@ -1380,15 +1381,15 @@ def _read_state(
             token_counter=current.token_counter,
         )
         field_name = "state.turn"
-        main.turn = _non_negative_int(state["turn"])
+        main.turn = require_int("turn", state["turn"])
         field_name = "state.commit_due_at"
         due = state.get("commit_due_at")
         commit_due_at = None
         if due is not None:
             end, signature = due
-            commit_due_at = (_non_negative_int(end), bytes.fromhex(signature))
+            commit_due_at = (require_int("end", end), bytes.fromhex(signature))
         field_name = "state.model_calls_made"
-        calls_made = _non_negative_int(state.get("model_calls_made", 0))
+        calls_made = require_int("model_calls_made", state.get("model_calls_made", 0))
         field_name = "state.spawned_at"
         spawned = state.get("spawned_at")  # absent from states saved before the field existed
         spawned_at = None if spawned is None else bytes.fromhex(spawned)
@@ -1397,11 +1398,7 @@ def _read_state(
         if growth is not None:
             main.restore_growth(growth)
             for name in ("tokens_per_s", "idle_s_per_turn", "lookahead_job_s"):
-                value = growth[name]
-                if value is not None and (
-                    isinstance(value, bool) or not isinstance(value, int | float) or value < 0
-                ):
-                    raise ValueError(f"{name} must be a number >= 0 or None, got {value!r}")
+                require_number(name, growth[name], optional=True)
         field_name = "state.stats"
         stats = _read_stats(state["stats"])
         field_name = "state.lookahead"
@@ -1410,14 +1407,14 @@ def _read_state(
         if saved["status"] == "ready":
             lookahead.restore(
                 messages=validate_messages(saved["messages"]),
-                last_segment_end=_non_negative_int(saved["last_segment_end"]),
+                last_segment_end=require_int("last_segment_end", saved["last_segment_end"]),
                 covered_signature=bytes.fromhex(saved["covered_signature"]),
                 group_id=saved["group_id"],
                 strategy_data=dict(saved["strategy_data"]),
                 kept_from=(
                     None
                     if saved.get("kept_from") is None  # saved before the field existed
-                    else _non_negative_int(saved["kept_from"])
+                    else require_int("kept_from", saved["kept_from"])
                 ),
                 warmed_end=_warmed_end(saved, len(main)),
             )
@@ -1436,16 +1433,9 @@ def _read_stats(saved: Mapping[str, Any]) -> RuntimeStats:
         raise ValueError(f"unknown stats {sorted(unknown)}")
     values: dict[str, Any] = {}
     for name, value in saved.items():
-        if isinstance(value, bool) or not isinstance(value, int | float) or value < 0:
-            raise ValueError(f"stats.{name} must be a number >= 0, got {value!r}")
-        values[name] = value
+        require_number(f"stats.{name}", value)
+        values[name] = value  # as saved: an int stays an int
     return RuntimeStats(**values)
-
-
-def _non_negative_int(value: object) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-        raise ValueError(f"expected an int >= 0, got {value!r}")
-    return value
 
 
 def through_last_reply(messages: Sequence[Message]) -> Sequence[Message]:

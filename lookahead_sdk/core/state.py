@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import math
 import time
 from collections import deque
 from collections.abc import Iterable, Mapping, Sequence
@@ -11,6 +10,7 @@ from enum import StrEnum
 from typing import Any
 
 from lookahead_sdk.base.averages import moving_average
+from lookahead_sdk.base.checks import require_int, require_number
 from lookahead_sdk.base.messages import (
     Message,
     chain_digest,
@@ -261,11 +261,15 @@ class MainState:
 
     def restore_growth(self, saved: Mapping[str, Any]) -> None:
         """Take `growth_state` output (ValueError naming the field before anything changes)."""
-        rates = {name: _rate(saved, name) for name in ("tokens_per_turn", "lookahead_turns")}
+        rates = {
+            name: require_number(name, saved[name], optional=True)
+            for name in ("tokens_per_turn", "lookahead_turns")
+        }
         recent = [_count("recent_turn_growth", v) for v in saved["recent_turn_growth"]]
         tail = [_count("turn_growth_tail", v) for v in saved["turn_growth_tail"]]
-        at_last = saved["tokens_at_last_turn"]
-        at_last = None if at_last is None else _count("tokens_at_last_turn", at_last)
+        at_last = require_int(
+            "tokens_at_last_turn", saved["tokens_at_last_turn"], optional=True, meaning=TOKENS
+        )
         last_reply = _count("last_reply_tokens", saved["last_reply_tokens"])
         self.tokens_per_turn, self.lookahead_turns = rates.values()
         self._recent_turn_growth.clear()
@@ -482,19 +486,8 @@ class LookaheadState:
             raise StateError(f"lookahead {transition}() needs status {status}, not {self.status}")
 
 
-def _rate(saved: Mapping[str, Any], name: str) -> float | None:
-    value = saved[name]
-    if value is not None and (
-        isinstance(value, bool)
-        or not isinstance(value, int | float)
-        or not math.isfinite(value)
-        or value < 0
-    ):
-        raise ValueError(f"{name} must be a number >= 0 or None, got {value!r}")
-    return value
+TOKENS = "a token count"
 
 
 def _count(name: str, value: Any) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-        raise ValueError(f"{name} must hold ints >= 0 (token counts), got {value!r}")
-    return value
+    return require_int(name, value, meaning=TOKENS)

@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
+from lookahead_sdk.base.checks import require_flag, require_number
 from lookahead_sdk.core.policy import Budget, ContextPolicy, resolve_budget
 from lookahead_sdk.core.state import LookaheadState, LookaheadStatus, MainState
-from lookahead_sdk.strategies._checks import flag, positive_number
 
 # Paper defaults, as fractions of a 32K window (15K hard limit, 11K soft trigger).
 HARD_LIMIT = 15 / 32
@@ -41,8 +41,8 @@ class LimitTriggered(ContextPolicy):
                     f"lookahead_at ({self.lookahead_at}) must be below hard_limit ({self.hard_limit}): "
                     "the soft trigger has to fire before the commit"
                 )
-        positive_number("lead_turns", self.lead_turns)
-        flag("commit_ahead", self.commit_ahead)
+        require_number("lead_turns", self.lead_turns, low_open=True)
+        require_flag("commit_ahead", self.commit_ahead)
 
     def validate(self, window_tokens: int) -> None:
         hard = self.hard_tokens_for(window_tokens)

@@ -21,11 +21,11 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from lookahead_sdk.base.checks import require_int, require_text
 from lookahead_sdk.base.messages import Message
 from lookahead_sdk.core.policy import ContextPolicy, TransformContext, TransformResult
 from lookahead_sdk.core.state import LookaheadState, LookaheadStatus, MainState, PartialOutput
 from lookahead_sdk.errors import InvalidInputError
-from lookahead_sdk.strategies._checks import positive_int, text
 
 SubagentPrompt = str | Callable[[Sequence[Message]], str]
 
@@ -114,8 +114,10 @@ class Isolate(ContextPolicy):
     def __post_init__(self) -> None:
         if not (isinstance(self.subagent_system, str) or callable(self.subagent_system)):
             raise TypeError("subagent_system must be a string or a function of the main history")
-        text("delegate_tool", self.delegate_tool, "the tool the main agent delegates with")
-        positive_int("chunk_chars", self.chunk_chars)
+        require_text(
+            "delegate_tool", self.delegate_tool, meaning="the tool the main agent delegates with"
+        )
+        require_int("chunk_chars", self.chunk_chars, low=1)
 
     def partial_instruction(self, partial: PartialOutput | None) -> str | None:
         if partial is None or partial.tool_name != self.delegate_tool:

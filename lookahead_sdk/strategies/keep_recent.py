@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from lookahead_sdk.base.checks import require_flag, require_int
 from lookahead_sdk.base.messages import (
     Message,
     answered_prefix_end,
@@ -13,7 +14,6 @@ from lookahead_sdk.base.messages import (
 )
 from lookahead_sdk.core.policy import Budget, TransformContext, TransformResult, check_budget
 from lookahead_sdk.core.state import MainState
-from lookahead_sdk.strategies._checks import flag, positive_int
 from lookahead_sdk.strategies._limits import HARD_LIMIT, LimitTriggered
 
 
@@ -91,8 +91,8 @@ class KeepRecent(LimitTriggered):
             )
         check_budget(self.budget, "budget")
         if self.max_turns is not None:
-            positive_int("max_turns", self.max_turns)
-        flag("keep_task", self.keep_task)
+            require_int("max_turns", self.max_turns, low=1)
+        require_flag("keep_task", self.keep_task)
         if type(self.budget) is type(self.hard_limit) and self.budget >= self.hard_limit:
             raise ValueError(
                 f"budget ({self.budget}) must be below hard_limit ({self.hard_limit}), or the window never shrinks"

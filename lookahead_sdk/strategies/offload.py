@@ -88,9 +88,14 @@ class Offload(LimitTriggered):
             ):
                 ref = store.put(content)
                 offloaded.append(ref.key)
-                if index == last_tool:  # a lookahead's newest: `assemble` may put it back
-                    data[NEWEST_OFFLOADED] = {"index": index, "content": message["content"]}
-                message = with_content(message, placeholder(ref.key, tokens, content))
+                text = placeholder(ref.key, tokens, content)
+                if index == last_tool:  # a lookahead's newest: `finish_hit` may put it back
+                    data[NEWEST_OFFLOADED] = {
+                        "index": index,
+                        "placeholder": text,
+                        "content": message["content"],
+                    }
+                message = with_content(message, text)
             result.append(message)
         return TransformResult(result, data)
 
@@ -99,11 +104,20 @@ class Offload(LimitTriggered):
     ) -> list[Message]:
         """A lookahead offloads its newest output expecting a newer one before the commit (and
         its warm-ups prefill it so); when none came (the model answered, the user asked), that
-        output is still the newest and goes in full, as a synchronous commit keeps it."""
+        output is still the newest and goes in full, as a synchronous commit keeps it. Found by
+        its placeholder (its key is unique), so a later pipeline stage that moved or dropped it
+        is no matter; by index in a result saved before placeholders were recorded."""
         newest = result.data.get(NEWEST_OFFLOADED)
         if newest is None or any(m.get("role") == "tool" for m in suffix):
             return assembled
-        index = newest["index"]
+        text = newest.get("placeholder")
+        if text is None:
+            index = newest["index"]
+        else:
+            found = [i for i, m in enumerate(assembled) if m.get("content") == text]
+            if not found:
+                return assembled  # a later stage dropped or summarized it
+            index = found[-1]
         return [
             *assembled[:index],
             with_content(assembled[index], newest["content"]),

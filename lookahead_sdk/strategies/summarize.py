@@ -5,9 +5,9 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from lookahead_sdk.base.checks import require_int, require_text
 from lookahead_sdk.base.messages import Message, answered_prefix_end, leading_system_count
 from lookahead_sdk.core.policy import Budget, TransformContext, TransformResult, check_budget
-from lookahead_sdk.strategies._checks import positive_int, text
 from lookahead_sdk.strategies._limits import HARD_LIMIT, SOFT_LIMIT, LimitTriggered
 from lookahead_sdk.strategies.keep_recent import recent_groups_start
 
@@ -43,8 +43,8 @@ class Summarize(LimitTriggered):
     def __post_init__(self) -> None:
         self._check_limits()
         check_budget(self.recent_budget, "recent_budget")
-        positive_int("summary_tokens", self.summary_tokens)
-        text("instruction", self.instruction, "the summarization prompt")
+        require_int("summary_tokens", self.summary_tokens, low=1)
+        require_text("instruction", self.instruction, meaning="the summarization prompt")
 
     @property
     def needs_summarizer(self) -> bool:

@@ -12,14 +12,16 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from lookahead_sdk import CommitKind, OffloadStore, TransformContext
 from lookahead_sdk.base.messages import Message
 from lookahead_sdk.base.tokens import count_message
+from lookahead_sdk.core.policy import Pipeline, TransformResult
 from lookahead_sdk.core.warmer import RequestShape, WarmupResult, WarmupSpend
-from lookahead_sdk.strategies import Offload
+from lookahead_sdk.strategies import KeepRecent, Offload
 
 from .policies import RecordingWarmer
 from .test_commit_ahead import (
@@ -140,15 +142,19 @@ def test_a_hit_whose_warm_up_spanned_a_large_output_offloads_it_at_the_commit() 
     assert [committed - synchronous for committed, synchronous in looked.sizes] == [0] * 4
 
 
-def test_a_hit_with_no_newer_output_keeps_the_newest_output_whole(tmp_path: Path) -> None:
+@pytest.mark.parametrize("in_pipeline", [False, True], ids=["alone", "pipeline"])
+def test_a_hit_with_no_newer_output_keeps_the_newest_output_whole(
+    tmp_path: Path, in_pipeline: bool
+) -> None:
     """A lookahead offloads the newest output expecting a newer one before the commit. When the
     commit comes after the model's answer and a user message instead, that output is still the
     newest: the hit keeps it in full, as the synchronous commit does (before, the model got a
-    placeholder for the output the user was asking about)."""
+    placeholder for the output the user was asking about; in a Pipeline, until stop 63)."""
 
     async def commit_after_a_question(mode: str) -> list[Message]:
         store = OffloadStore(tmp_path / mode)
-        policy = Offload(threshold=THRESHOLD, hard_limit=HARD, lookahead_at=2000)
+        offload = Offload(threshold=THRESHOLD, hard_limit=HARD, lookahead_at=2000)
+        policy = Pipeline(offload) if in_pipeline else offload
         async with workload_runtime(policy, mode, offload_store=store) as runtime:
             for step, size in enumerate([500, 500, 500, 500, 1000]):
                 assert not (await runtime.commit()).committed
@@ -173,3 +179,34 @@ def test_a_hit_with_no_newer_output_keeps_the_newest_output_whole(tmp_path: Path
     newest = [m for m in looked if m["role"] == "tool"][-1]
     assert newest["content"] == tool_output(4, 1000)["content"]
     assert looked == synced
+
+
+def test_a_pipeline_puts_back_the_newest_output_where_a_later_stage_moved_it(
+    tmp_path: Path,
+) -> None:
+    """Offload finds its newest output by placeholder, not index: a later stage (KeepRecent
+    dropping older turns) moves it, and the put-back must land on it, not on its old index."""
+    messages: list[Message] = [{"role": "system", "content": "s"}, {"role": "user", "content": "u"}]
+    for step, size in enumerate([400, 400, 900]):
+        messages += [model_turn(step), tool_output(step, size)]
+    policy = Pipeline(
+        Offload(threshold=THRESHOLD, hard_limit=HARD, store=OffloadStore(tmp_path)),
+        KeepRecent(budget=700, max_turns=1, hard_limit=HARD),
+    )
+    ctx = TransformContext(window_tokens=WINDOW, token_counter=COUNTER, is_lookahead=True)
+    result = asyncio.run(policy.transform(messages, ctx))
+    assert len(result.messages) < len(messages)  # KeepRecent dropped turns: indices moved
+    suffix: list[Message] = [{"role": "assistant", "content": "I read it."}]
+    committed = policy.finish_hit(policy.assemble(result, suffix), result, suffix)
+    tools = [m for m in committed if m["role"] == "tool"]
+    assert tools[-1]["content"] == messages[-1]["content"]  # the newest, whole again
+    assert all(m["role"] == "tool" or m in result.messages + suffix for m in committed)
+    assert committed[-1] == suffix[-1]
+    # Saved before placeholders were recorded: put back by index, on the stage's own output.
+    alone = Offload(threshold=THRESHOLD, hard_limit=HARD, store=OffloadStore(tmp_path / "old"))
+    old = asyncio.run(alone.transform(messages, ctx))
+    del old.data["newest_offloaded"]["placeholder"]
+    restored = alone.finish_hit(
+        alone.assemble(old, suffix), TransformResult(old.messages, old.data), suffix
+    )
+    assert restored[len(messages) - 1]["content"] == messages[-1]["content"]
