@@ -14,6 +14,9 @@ import re
 from dataclasses import dataclass
 from typing import Any, Literal
 
+from lookahead_sdk.base.checks import is_int
+from lookahead_sdk.router.validation import require_capacity
+
 BackendKind = Literal["sglang", "sim", "vllm", "llamacpp", "configured"]
 
 
@@ -25,13 +28,7 @@ class BackendInfo:
     slots: int | None = None  # llama.cpp's parallel slots
 
     def __post_init__(self) -> None:
-        if isinstance(self.capacity_tokens, bool) or not (
-            isinstance(self.capacity_tokens, int) and self.capacity_tokens > 0
-        ):
-            raise ValueError(
-                f"capacity of {self.url} must be a positive number of tokens, "
-                f"got {self.capacity_tokens!r}"
-            )
+        require_capacity(f"capacity of {self.url}", self.capacity_tokens)
 
 
 def from_server_info(url: str, payload: Any) -> BackendInfo | None:
@@ -39,10 +36,10 @@ def from_server_info(url: str, payload: Any) -> BackendInfo | None:
         return None
     tokens = payload.get("max_total_num_tokens")
     states = payload.get("internal_states")
-    if not _positive(tokens) and isinstance(states, list) and states:
+    if not is_int(tokens, low=1) and isinstance(states, list) and states:
         first = states[0]
         tokens = first.get("max_total_num_tokens") if isinstance(first, dict) else None
-    if not _positive(tokens):
+    if not is_int(tokens, low=1):
         return None
     kind: BackendKind = "sim" if "simulator" in payload else "sglang"
     return BackendInfo(url, kind, tokens)
@@ -67,17 +64,13 @@ def from_vllm_metrics(url: str, text: str) -> BackendInfo | None:
 def from_llamacpp(url: str, props: Any, slots: Any) -> BackendInfo | None:
     if isinstance(slots, list) and slots and all(isinstance(s, dict) for s in slots):
         per_slot = [s.get("n_ctx") for s in slots]
-        if all(_positive(n) for n in per_slot):
+        if all(is_int(n, low=1) for n in per_slot):
             return BackendInfo(url, "llamacpp", sum(per_slot), slots=len(slots))
     if not isinstance(props, dict):
         return None
     settings = props.get("default_generation_settings")
     n_ctx = settings.get("n_ctx") if isinstance(settings, dict) else None
     total_slots = props.get("total_slots", 1)
-    if _positive(n_ctx) and _positive(total_slots):
+    if is_int(n_ctx, low=1) and is_int(total_slots, low=1):
         return BackendInfo(url, "llamacpp", n_ctx * total_slots, slots=total_slots)
     return None
-
-
-def _positive(value: Any) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool) and value > 0

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
-from lookahead_sdk.router.validation import require_number
+from lookahead_sdk.base.checks import require_flag, require_number
 
 NewProgramOrder = Literal["arrival", "smallest"]
 PauseOrder = Literal["idle_longest", "smallest"]
@@ -78,10 +78,7 @@ class ThunderConfig:
             "ThunderConfig.swap_budget", self.swap_budget, low=0.0, low_open=False,
             fix="use a fraction such as 0.1 (0 turns preemption off)",
         )  # fmt: skip
-        if not isinstance(self.global_queue, bool):
-            raise ValueError(
-                f"ThunderConfig.global_queue must be True or False, got {self.global_queue!r}"
-            )
+        require_flag("ThunderConfig.global_queue", self.global_queue)
         if self.new_program_order not in ("arrival", "smallest"):
             raise ValueError(
                 "ThunderConfig.new_program_order must be 'arrival' or 'smallest', got "

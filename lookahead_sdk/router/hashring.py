@@ -8,6 +8,8 @@ import bisect
 import hashlib
 from collections.abc import Container
 
+from lookahead_sdk.base.checks import require_int
+
 
 def _point(text: str) -> int:
     return int.from_bytes(hashlib.blake2b(text.encode(), digest_size=8).digest(), "big")
@@ -15,11 +17,7 @@ def _point(text: str) -> int:
 
 class ConsistentHashRing:
     def __init__(self, virtual_nodes: int = 64) -> None:
-        if isinstance(virtual_nodes, bool) or not isinstance(virtual_nodes, int):
-            raise ValueError(f"virtual_nodes must be an int >= 1, got {virtual_nodes!r}")
-        if virtual_nodes < 1:
-            raise ValueError(f"virtual_nodes must be an int >= 1, got {virtual_nodes!r}")
-        self._virtual_nodes = virtual_nodes
+        self._virtual_nodes = require_int("virtual_nodes", virtual_nodes, low=1)
         self._points: list[int] = []
         self._owners: list[str] = []
 

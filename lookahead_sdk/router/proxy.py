@@ -270,6 +270,13 @@ class RouterProxy:
             # Hold: the handler waits. Pause: KV is left to the engine. Requeue: the lost
             # requests fail at their dead backend by themselves. Ignored: nothing changed.
 
+    def _left_other_backends(self, program_id: str, backend: str) -> None:
+        """A program's main request went to `backend`: its main slots elsewhere hold a context
+        it left (the baselines route each request afresh; thunder frees them as it migrates)."""
+        for url, other in self._backends.items():
+            if url != backend and other.slots is not None:
+                other.slots.moved_away(program_id)
+
     def _free_slots(self, program_id: str) -> None:
         for backend in self._backends.values():
             if backend.slots is not None:
@@ -417,6 +424,7 @@ class RouterProxy:
                 slot = slots.branch_slot(program_id, request_id)
             else:
                 slot = slots.slot_for(program_id)
+                self._left_other_backends(program_id, backend)
         state.in_flight += 1
         try:
             assert self._upstream is not None, "RouterProxy.start() first"

@@ -6,9 +6,9 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
+from lookahead_sdk.base.checks import require_int, require_number
 from lookahead_sdk.router.config import BaselineConfig, ThunderConfig
 from lookahead_sdk.router.policies import POLICY_NAMES
-from lookahead_sdk.router.validation import require_number
 from lookahead_sdk.sim.http_body import DEFAULT_BODY_LIMIT
 
 
@@ -44,8 +44,7 @@ class ProxyConfig:
         for url, tokens in capacities.items():
             if url not in backends:
                 raise ValueError(f"--capacity names {url}, which is not in --backends")
-            if isinstance(tokens, bool) or not isinstance(tokens, int) or tokens <= 0:
-                raise ValueError(f"--capacity {url}=TOKENS needs a positive int, got {tokens!r}")
+            require_int(f"--capacity {url}=TOKENS", tokens, low=1)
         object.__setattr__(self, "capacities", capacities)
         if self.policy not in POLICY_NAMES:
             raise ValueError(f"--policy must be one of {POLICY_NAMES}, got {self.policy!r}")
@@ -57,9 +56,7 @@ class ProxyConfig:
                 fix="pass a positive number of seconds",
             )  # fmt: skip
         for name in ("max_body_bytes", "remember_terminated", "prepare_window"):
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                raise ValueError(f"{name} must be an int >= 1, got {value!r}")
+            require_int(name, getattr(self, name), low=1)
 
     @property
     def baseline(self) -> BaselineConfig:

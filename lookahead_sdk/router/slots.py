@@ -9,12 +9,12 @@ never holds more slots than the core has counted."""
 
 from __future__ import annotations
 
+from lookahead_sdk.base.checks import require_int
+
 
 class SlotTable:
     def __init__(self, slots: int) -> None:
-        if isinstance(slots, bool) or not isinstance(slots, int) or slots < 1:
-            raise ValueError(f"slots must be an int >= 1, got {slots!r}")
-        self.slots = slots
+        self.slots = require_int("slots", slots, low=1)
         self._owner: dict[int, tuple[str, bool]] = {}  # slot -> (program id, lookahead)
         self._slot: dict[tuple[str, bool], int] = {}
         self._branches: dict[str, set[str]] = {}  # program id -> its running branches' ids
@@ -41,6 +41,12 @@ class SlotTable:
         if not running:
             del self._branches[program_id]
             self._free((program_id, True))
+
+    def moved_away(self, program_id: str) -> None:
+        """The program's main requests go to another backend now (a baseline policy routes each
+        request afresh): its main slot here is freed for other programs; its branch slot stays
+        until its running branches end."""
+        self._free((program_id, False))
 
     def forget(self, program_id: str) -> None:
         self._branches.pop(program_id, None)

@@ -1,10 +1,13 @@
-"""Argument checks shared by the router's public methods. Each raises before anything is mutated,
-so a rejected call leaves the program table exactly as it was."""
+"""Argument checks of the router's own kinds (ids, the clock, token counts, capacities), on top
+of `base.checks`. Each raises before anything is mutated, so a rejected call leaves the program
+table exactly as it was."""
 
 from __future__ import annotations
 
 import math
 from typing import Any
+
+from lookahead_sdk.base.checks import require_int
 
 
 def require_id(name: str, value: Any) -> str:
@@ -14,17 +17,11 @@ def require_id(name: str, value: Any) -> str:
 
 
 def require_tokens(name: str, value: Any) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-        raise ValueError(f"{name} must be an int >= 0 (a token count), got {value!r}")
-    return value
+    return require_int(name, value, meaning="a token count")
 
 
 def require_capacity(name: str, value: Any) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
-        raise ValueError(
-            f"{name} must be an int > 0 (the backend's KV capacity in tokens), got {value!r}"
-        )
-    return value
+    return require_int(name, value, low=1, meaning="the backend's KV capacity in tokens")
 
 
 def require_time(value: Any, last_s: float) -> float:
@@ -36,17 +33,4 @@ def require_time(value: Any, last_s: float) -> float:
             f"now_s went backwards ({value} < {last_s}); pass a monotonic clock "
             "(time.monotonic() or the simulator's virtual time)"
         )
-    return float(value)
-
-
-def require_number(name: str, value: Any, *, low: float, low_open: bool, fix: str) -> float:
-    ok = (
-        not isinstance(value, bool)
-        and isinstance(value, int | float)
-        and math.isfinite(value)
-        and (value > low if low_open else value >= low)
-    )
-    if not ok:
-        bound = f"> {low}" if low_open else f">= {low}"
-        raise ValueError(f"{name} must be a finite number {bound}, got {value!r}; {fix}")
     return float(value)

@@ -48,6 +48,28 @@ async def test_a_lookahead_branch_frees_its_llamacpp_slot_when_it_ends() -> None
         assert slots is not None and len(slots) == 2  # one context per slot, as the core counts
 
 
+async def test_a_baseline_frees_the_llamacpp_slot_a_program_left() -> None:
+    """Round-robin sends a program's next request to the other backend: the slot it held on the
+    first is freed, so another program gets a slot there (before: none, and llama.cpp chose one,
+    maybe a slot holding a context some program still needs)."""
+    async with (
+        stub_running(StubBackend(capacity_tokens=8192, llamacpp_slots=1)) as first,
+        stub_running(StubBackend(capacity_tokens=8192, llamacpp_slots=1)) as second,
+        router_running(ProxyConfig((first.url, second.url), policy="round-robin")) as router,
+        router.client() as client,
+    ):
+        for prompt in ("one", "two"):
+            assert (
+                await client.post("/v1/completions", json=completion(prompt, "A"))
+            ).status_code == 200
+        assert len(first.seen) == len(second.seen) == 1  # A's requests went one each way
+        assert (await client.post("/v1/completions", json=completion("hi", "B"))).status_code == 200
+        assert [s["body"]["prompt"] for s in first.seen] == ["one", "hi"]
+        assert first.seen[-1]["body"].get("id_slot") == 0
+        slots = router.proxy._backends[first.url].slots
+        assert slots is not None and len(slots) == 1  # B's slot only: A's was freed
+
+
 async def test_a_5xx_from_a_healthy_backend_keeps_the_other_requests_counted() -> None:
     stub = StubBackend(fail_marker="boom", hold_marker="wait")
     async with (
