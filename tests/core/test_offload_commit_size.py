@@ -149,7 +149,7 @@ def test_a_hit_with_no_newer_output_keeps_the_newest_output_whole(
     """A lookahead offloads the newest output expecting a newer one before the commit. When the
     commit comes after the model's answer and a user message instead, that output is still the
     newest: the hit keeps it in full, as the synchronous commit does (before, the model got a
-    placeholder for the output the user was asking about; in a Pipeline, until stop 63)."""
+    placeholder for the output the user was asking about; in a Pipeline too, until each stage got its own put-back)."""
 
     async def commit_after_a_question(mode: str) -> list[Message]:
         store = OffloadStore(tmp_path / mode)
