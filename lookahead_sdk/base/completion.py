@@ -203,40 +203,48 @@ class OpenAICompletionClient:
             **({"tools": list(tools)} if tools else {}),
             **request_fields,
         )
-        async for chunk in stream:
-            piece.usage = chunk.usage or piece.usage
-            piece.extra = chunk.model_extra or piece.extra
-            for choice in chunk.choices:
-                delta = choice.delta
-                tool_name = None
-                if delta.content:
-                    piece.text.append(delta.content)
-                    piece.tokens += 1
-                for call in delta.tool_calls or ():
-                    slot = piece.calls.setdefault(
-                        call.index,
-                        {"id": "", "type": "function", "function": {"name": "", "arguments": ""}},
-                    )
-                    slot["id"] = call.id or slot["id"]
-                    if call.function is not None:
-                        slot["function"]["name"] += call.function.name or ""
-                        slot["function"]["arguments"] += call.function.arguments or ""
-                        tool_name = slot["function"]["name"]
-                if (delta.content or delta.tool_calls) and piece.first_token_at is None:
-                    piece.first_token_at = time.perf_counter()
-                if on_delta is not None and (delta.content or delta.tool_calls):
-                    partial = (
-                        piece.calls[max(piece.calls)]["function"]["arguments"]
-                        if tool_name
-                        else "".join(piece.text)
-                    )
-                    maybe = on_delta(partial, tool_name)
-                    if inspect.isawaitable(maybe):
-                        await maybe
-            if must_yield is not None and piece.text and not piece.calls and must_yield():
-                piece.interrupted = True
-                await stream.close()  # the server cancels the request at its next token
-                break
+        # Closed however reading ends: a callback that raises, or a cancellation while one
+        # is awaited, would otherwise leave the server decoding into an open connection
+        # (and the session counting a foreground request in flight) until a GC pass.
+        async with stream:
+            async for chunk in stream:
+                piece.usage = chunk.usage or piece.usage
+                piece.extra = chunk.model_extra or piece.extra
+                for choice in chunk.choices:
+                    delta = choice.delta
+                    tool_name = None
+                    if delta.content:
+                        piece.text.append(delta.content)
+                        piece.tokens += 1
+                    for call in delta.tool_calls or ():
+                        slot = piece.calls.setdefault(
+                            call.index,
+                            {
+                                "id": "",
+                                "type": "function",
+                                "function": {"name": "", "arguments": ""},
+                            },
+                        )
+                        slot["id"] = call.id or slot["id"]
+                        if call.function is not None:
+                            slot["function"]["name"] += call.function.name or ""
+                            slot["function"]["arguments"] += call.function.arguments or ""
+                            tool_name = slot["function"]["name"]
+                    if (delta.content or delta.tool_calls) and piece.first_token_at is None:
+                        piece.first_token_at = time.perf_counter()
+                    if on_delta is not None and (delta.content or delta.tool_calls):
+                        partial = (
+                            piece.calls[max(piece.calls)]["function"]["arguments"]
+                            if tool_name
+                            else "".join(piece.text)
+                        )
+                        maybe = on_delta(partial, tool_name)
+                        if inspect.isawaitable(maybe):
+                            await maybe
+                if must_yield is not None and piece.text and not piece.calls and must_yield():
+                    piece.interrupted = True
+                    await stream.close()  # the server cancels the request at its next token
+                    break
         return piece
 
     async def complete(

@@ -40,6 +40,13 @@ def validate_message(message: object, index: int | None = None) -> Message:
             isinstance(call, dict) and isinstance(call.get("id"), str) for call in tool_calls
         ):
             raise ValueError(f"{where}.tool_calls must be a list of dicts, each with a string 'id'")
+        for position, call in enumerate(tool_calls):
+            function = call.get("function")
+            if function is not None and not isinstance(function, dict):
+                raise ValueError(
+                    f"{where}.tool_calls[{position}].function must be a dict like "
+                    f"{{'name': ..., 'arguments': '...'}}, got {type(function).__name__}"
+                )
     if content is None and not tool_calls and role != "assistant":
         raise ValueError(f"{where}.content is required on a role={role!r} message")
     return message

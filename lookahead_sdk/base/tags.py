@@ -20,6 +20,7 @@ from typing import Any, Protocol, TypeVar
 
 import httpx
 
+from lookahead_sdk.base.checks import require_number
 from lookahead_sdk.base.protocol import RELEASE_PATH, RequestTags, release_body
 from lookahead_sdk.errors import ConfigurationError
 
@@ -145,6 +146,9 @@ class program:
     ) -> None:
         self.tags = RequestTags(
             program_id=program_id or f"prog-{uuid.uuid4().hex[:12]}", **tag_fields
+        )
+        require_number(
+            "timeout_s", timeout_s, low_open=True, meaning="the release request's timeout, seconds"
         )
         if isinstance(release_to, str):
             release_to = (release_to,)

@@ -143,9 +143,7 @@ class ServerSession:
         wire: WireFormat | None = None,
         facts: ServerFacts | None = None,
     ) -> None:
-        if not isinstance(base_url, str) or not base_url.startswith(("http://", "https://")):
-            raise ValueError(f"base_url must be an http(s) URL of the server, got {base_url!r}")
-        self.base_url = base_url.rstrip("/").removesuffix("/v1")
+        self.base_url = _server_root(base_url)
         self.origin = origin_of(self.base_url)
         self.facts = facts or ServerFacts()
         # Unprobed (no facts) and not told: the server is unknown, so no tag fields in bodies.
@@ -170,7 +168,7 @@ class ServerSession:
     ) -> ServerSession:
         """A session with the facts the server reports (an unreachable server: none, so wire
         "none" unless given)."""
-        root = base_url.rstrip("/").removesuffix("/v1")
+        root = _server_root(base_url)
         async with httpx.AsyncClient(timeout=timeout_s) as client:
             replies = {
                 path: _json_or_none(await _aget(client, f"{root}{path}")) for path in _probe_paths()
@@ -184,7 +182,7 @@ class ServerSession:
         cls, base_url: str, *, wire: WireFormat | None = None, timeout_s: float = PROBE_TIMEOUT_S
     ) -> ServerSession:
         """`connect` for synchronous code (blocks the calling thread on the probe)."""
-        root = base_url.rstrip("/").removesuffix("/v1")
+        root = _server_root(base_url)
         with httpx.Client(timeout=timeout_s) as client:
             replies = {
                 path: _json_or_none(_get(client, f"{root}{path}")) for path in _probe_paths()
@@ -237,6 +235,14 @@ class ServerSession:
 
     def __repr__(self) -> str:
         return f"ServerSession({self.base_url!r}, wire={self.wire!r}, facts={self.facts!r})"
+
+
+def _server_root(base_url: object) -> str:
+    """The server's root URL (no trailing /v1); ValueError for anything but an http(s) URL, before
+    any probe is sent."""
+    if not isinstance(base_url, str) or not base_url.startswith(("http://", "https://")):
+        raise ValueError(f"base_url must be an http(s) URL of the server, got {base_url!r}")
+    return base_url.rstrip("/").removesuffix("/v1")
 
 
 def _get(client: httpx.Client, url: str) -> httpx.Response | None:

@@ -12,6 +12,7 @@ gate. Only requests made through the session's transports are seen.
 from __future__ import annotations
 
 import asyncio
+import math
 import threading
 import time
 from collections import deque
@@ -91,7 +92,7 @@ class ForegroundRegistry:
         waiting for its first token: best-effort work started at the same moment (a warm-up
         of the tool output just appended) would otherwise go first and the request would wait
         for its chunk."""
-        if within_s <= 0:
+        if not within_s > 0:  # NaN too: an announcement that never expires
             raise ValueError(f"within_s must be positive seconds, got {within_s}")
         with self._lock:
             self._expected[program_id] = time.monotonic() + within_s
@@ -312,6 +313,8 @@ class SlackGate:
         ):
             if not seconds > 0:
                 raise ValueError(f"{name} must be positive seconds, got {seconds}")
+        if not math.isfinite(poll_s):
+            raise ValueError(f"poll_s must be a finite number of seconds, got {poll_s}")
         if idle_window_s > BUSY_KEPT_S:
             raise ValueError(
                 f"idle_window_s must be at most {BUSY_KEPT_S:g} seconds (the busy time kept), "
@@ -375,8 +378,8 @@ class SlackGate:
 
 def check_timing(target_s: float, smoothing: float) -> None:
     """The settings every time-based sizer takes."""
-    if target_s <= 0:
-        raise ValueError(f"target_s must be positive seconds, got {target_s}")
+    if not (math.isfinite(target_s) and target_s > 0):
+        raise ValueError(f"target_s must be positive finite seconds, got {target_s}")
     if not 0 < smoothing <= 1:
         raise ValueError(f"smoothing must be in (0, 1], got {smoothing}")
 
@@ -404,8 +407,10 @@ class ChunkSizer:
             raise ValueError(
                 f"need 1 <= min_tokens <= max_tokens, got min_tokens={min_tokens} max_tokens={max_tokens}"
             )
-        if initial_tokens_per_s <= 0:
-            raise ValueError(f"initial_tokens_per_s must be positive, got {initial_tokens_per_s}")
+        if not (math.isfinite(initial_tokens_per_s) and initial_tokens_per_s > 0):
+            raise ValueError(
+                f"initial_tokens_per_s must be a positive finite rate, got {initial_tokens_per_s}"
+            )
         self.target_s = target_s
         self.min_tokens = min_tokens
         self.max_tokens = max_tokens

@@ -105,11 +105,18 @@ class EnvironmentLifecycle:
         return self._teardown is not None and self._teardown.done()
 
     async def prepare(self) -> None:
+        """Prepare every environment; the first failure is raised once all have finished (none
+        left preparing behind a teardown that follows)."""
         if self._teardown is not None:
             return
         async with self._lock:
             if self._teardown is None:
-                await asyncio.gather(*(env.prepare() for env in self.settings.environments))
+                results = await asyncio.gather(
+                    *(env.prepare() for env in self.settings.environments), return_exceptions=True
+                )
+                for result in results:
+                    if isinstance(result, BaseException):
+                        raise result
 
     def prepare_soon(self) -> None:
         """Start a prepare in the background (the program is about to be restored)."""
@@ -182,7 +189,13 @@ class RouterWatcher:
             return
         if response.status_code != 200:
             return  # 404: the router has not seen the program yet
-        view = response.json()
+        try:
+            view = response.json()
+        except ValueError:
+            view = None
+        if not isinstance(view, dict):  # not the router's view (a proxy's page): as if unreachable
+            log.debug("watching %s: not a program view: %.200r", url, response.text)
+            return
         if view.get("terminated"):
             cause = "lease" if view.get("lease_expired") else "released at the router"
             self.lifecycle.start_teardown(cause)
@@ -227,18 +240,29 @@ class ProgramEnvironments:
 
     async def astart(self) -> None:
         self.lifecycle = EnvironmentLifecycle(self.settings)
-        await self.lifecycle.prepare()
+        try:
+            await self.lifecycle.prepare()
+        except BaseException:
+            # The program does not start, so never ends: release what was prepared now.
+            await self.lifecycle.teardown("prepare failed")
+            raise
         if self.routers:
             watcher = RouterWatcher(self.routers, self.program_id, self.lifecycle)
             self._watch = asyncio.create_task(watcher.run(), name="env-watch")
 
     async def aclose(self) -> None:
-        if self._watch is not None:
-            self._watch.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._watch
-        if self.lifecycle is not None:
-            await self.lifecycle.teardown("release")
+        try:
+            if self._watch is not None:
+                self._watch.cancel()
+                try:
+                    await self._watch
+                except asyncio.CancelledError:
+                    pass
+                except Exception:  # it stopped watching early: the teardown still runs
+                    log.exception("watching the routers for program %s failed", self.program_id)
+        finally:
+            if self.lifecycle is not None:
+                await self.lifecycle.teardown("release")
 
     def start(self) -> None:
         self._thread = _LoopThread()
@@ -276,7 +300,12 @@ class TempDirEnvironment:
 
     async def teardown(self) -> None:
         if self.path is not None:
-            await asyncio.to_thread(shutil.rmtree, self.path, ignore_errors=False)
+            try:
+                await asyncio.to_thread(shutil.rmtree, self.path, ignore_errors=False)
+            except FileNotFoundError:
+                if self.path.exists():  # something inside vanished meanwhile: retried
+                    raise
+                # else gone already (a tool removed it): nothing left to release
             self.path = None
 
     def __repr__(self) -> str:

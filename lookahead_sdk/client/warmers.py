@@ -39,6 +39,10 @@ class _HttpWarmer(Warmer):
     the transports and gate of that server), or a URL for a session of its own."""
 
     wire: ClassVar[WireFormat] = "openai"
+    # Its requests are the server's own chat requests: tags go in the session's wire (vLLM's
+    # `priority`, SGLang's `custom_params`, only the header for a hosted API), not in `wire`,
+    # which then applies only to a session made here from a URL.
+    follows_session_wire: ClassVar[bool] = False
 
     def __init__(
         self,
@@ -52,14 +56,17 @@ class _HttpWarmer(Warmer):
         )
         self.server_url = self.session.base_url
         headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
+        wire = self.session.wire if self.follows_session_wire else self.wire
         self._client = tagged_async_http_client(
-            wire=self.wire, session=self.session, timeout=timeout_s, headers=headers
+            wire=wire, session=self.session, timeout=timeout_s, headers=headers
         )
 
     @classmethod
     async def connect(cls, base_url: str, **kwargs: Any) -> Self:
-        """A warmer with a session that knows what the server reports (its slots, on llama.cpp)."""
-        return cls(await ServerSession.connect(base_url, wire=cls.wire), **kwargs)
+        """A warmer with a session that knows what the server reports (its slots, on llama.cpp;
+        the wire its tags travel in, for `OpenAIWarmer`)."""
+        wire = None if cls.follows_session_wire else cls.wire
+        return cls(await ServerSession.connect(base_url, wire=wire), **kwargs)
 
     async def aclose(self) -> None:
         await self._client.aclose()
@@ -80,7 +87,10 @@ class _HttpWarmer(Warmer):
 
 
 class OpenAIWarmer(_HttpWarmer):
-    """Any OpenAI-compatible server: the real chat request with max_tokens=1."""
+    """Any OpenAI-compatible server: the real chat request with max_tokens=1, its tags in the
+    session's wire like the agent's own requests."""
+
+    follows_session_wire = True
 
     async def warm(
         self,
