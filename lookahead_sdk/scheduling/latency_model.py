@@ -119,7 +119,7 @@ class PiecewiseLinearTable:
             )
         for index, (tokens, ms) in enumerate(zip(self.tokens, self.ms, strict=True)):
             _require_non_negative_int(f"table.tokens[{index}]", tokens)
-            if not (isinstance(ms, int | float) and math.isfinite(ms) and ms >= 0):
+            if not (_is_number(ms) and math.isfinite(ms) and ms >= 0):
                 raise ValueError(f"table.ms[{index}] must be a finite number >= 0, got {ms!r}")
         if any(b <= a for a, b in itertools.pairwise(self.tokens)):
             raise ValueError(f"table.tokens must be strictly increasing, got {list(self.tokens)}")
@@ -130,13 +130,18 @@ class PiecewiseLinearTable:
             )
 
     @classmethod
-    def from_pairs(cls, pairs: Iterable[Sequence[float]]) -> PiecewiseLinearTable:
-        points = [tuple(pair) for pair in pairs]
+    def from_pairs(
+        cls, pairs: Iterable[Sequence[float]], where: str = "table"
+    ) -> PiecewiseLinearTable:
+        if isinstance(pairs, str | bytes | Mapping) or not isinstance(pairs, Iterable):
+            raise ValueError(f"{where} must be a list of [tokens, ms] pairs, got {pairs!r}")
+        points = list(pairs)
         for index, point in enumerate(points):
-            if len(point) != 2:
-                raise ValueError(f"table[{index}] must be a [tokens, ms] pair, got {list(point)}")
-        tokens = tuple(_as_int(f"table[{index}][0]", p[0]) for index, p in enumerate(points))
-        return cls(tokens, tuple(float(p[1]) for p in points))
+            if not isinstance(point, list | tuple) or len(point) != 2:
+                raise ValueError(f"{where}[{index}] must be a [tokens, ms] pair, got {point!r}")
+        tokens = tuple(_as_int(f"{where}[{index}][0]", p[0]) for index, p in enumerate(points))
+        ms = tuple(_as_ms(f"{where}[{index}][1]", p[1]) for index, p in enumerate(points))
+        return cls(tokens, ms)
 
     def pairs(self) -> list[list[float]]:
         return [[tokens, ms] for tokens, ms in zip(self.tokens, self.ms, strict=True)]
@@ -184,7 +189,7 @@ class LatencyProfile:
             raise ValueError("profile.name must be a non-empty string")
         for field_name in ("alpha_decode_ms", "alpha_prefill_ms"):
             value = getattr(self, field_name)
-            if not (isinstance(value, int | float) and math.isfinite(value) and value >= 0):
+            if not (_is_number(value) and math.isfinite(value) and value >= 0):
                 raise ValueError(
                     f"profile.{field_name} must be a finite number >= 0, got {value!r}"
                 )
@@ -221,11 +226,15 @@ class LatencyProfile:
             raise ValueError("profile.metadata must be a JSON object")
         return cls(
             name=document["name"],
-            gemm_table=PiecewiseLinearTable.from_pairs(document["gemm_table_ms"]),
+            gemm_table=PiecewiseLinearTable.from_pairs(
+                document["gemm_table_ms"], "profile.gemm_table_ms"
+            ),
             alpha_decode_ms=document["alpha_decode_ms"],
             alpha_prefill_ms=document["alpha_prefill_ms"],
             token_only_table=(
-                PiecewiseLinearTable.from_pairs(token_only) if token_only is not None else None
+                PiecewiseLinearTable.from_pairs(token_only, "profile.token_only_table_ms")
+                if token_only is not None
+                else None
             ),
             metadata=dict(metadata),
         )
@@ -286,10 +295,20 @@ def save_profile(profile: LatencyProfile, path: str | Path) -> Path:
     return path
 
 
+def _is_number(value: Any) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool)
+
+
 def _as_int(field_name: str, value: Any) -> int:
-    if isinstance(value, bool) or not isinstance(value, int | float) or value != int(value):
+    if not _is_number(value) or not math.isfinite(value) or value != int(value):
         raise ValueError(f"{field_name} must be a whole number of tokens, got {value!r}")
     return int(value)
+
+
+def _as_ms(field_name: str, value: Any) -> float:
+    if not _is_number(value) or not math.isfinite(value):
+        raise ValueError(f"{field_name} must be a finite number of ms, got {value!r}")
+    return float(value)
 
 
 def _require_non_negative_int(field_name: str, value: Any) -> None:

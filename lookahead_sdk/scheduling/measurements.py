@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from lookahead_sdk.scheduling.latency_model import BatchShape, PrefillChunk
+from lookahead_sdk.scheduling.latency_model import BatchShape, PrefillChunk, _as_int, _as_ms
 
 MEASUREMENTS_SCHEMA = "lookahead-sdk/batch-measurements/v1"
 CSV_COLUMNS = ("latency_ms", "decode_contexts", "prefill_chunks")
@@ -65,9 +65,16 @@ class BatchMeasurement:
                 )
         try:
             batch = BatchShape(
-                tuple(decode), tuple(PrefillChunk(int(q), int(p)) for q, p in chunks)
+                tuple(decode),
+                tuple(
+                    PrefillChunk(
+                        _as_int(f"prefill_chunks[{index}][0]", q),
+                        _as_int(f"prefill_chunks[{index}][1]", p),
+                    )
+                    for index, (q, p) in enumerate(chunks)
+                ),
             )
-            return cls(batch, float(record["latency_ms"]))
+            return cls(batch, _as_ms("latency_ms", record["latency_ms"]))
         except (TypeError, ValueError) as error:
             raise ValueError(f"{where}: {error}") from error
 
@@ -104,11 +111,14 @@ def load_measurements(path: str | Path) -> MeasurementSet:
     records = document.get("batches")
     if not isinstance(records, list):
         raise ValueError(f"{str(path)!r}: 'batches' must be a list")
+    metadata = document.get("metadata") or {}
+    if not isinstance(metadata, Mapping):
+        raise ValueError(f"{str(path)!r}: 'metadata' must be a JSON object, got {metadata!r}")
     batches = tuple(
         BatchMeasurement.from_json(record, f"batches[{index}]")
         for index, record in enumerate(records)
     )
-    return MeasurementSet(batches, dict(document.get("metadata") or {}))
+    return MeasurementSet(batches, dict(metadata))
 
 
 def save_measurements(measurements: MeasurementSet, path: str | Path) -> Path:
@@ -131,6 +141,9 @@ def _read_csv(path: Path) -> Iterable[BatchMeasurement]:
             )
         for line_number, row in enumerate(reader, start=2):
             where = f"{path.name} line {line_number}"
+            empty = [c for c in CSV_COLUMNS if row[c] is None]
+            if empty:
+                raise ValueError(f"{where}: the row has no cell for the columns {empty}")
             try:
                 decode = [int(v) for v in _split(row["decode_contexts"])]
                 chunks = [_parse_chunk(v) for v in _split(row["prefill_chunks"])]

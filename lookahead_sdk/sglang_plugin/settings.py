@@ -9,6 +9,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Literal, get_args
 
+from lookahead_sdk.base.checks import require_flag, require_int, require_number
 from lookahead_sdk.scheduling import (
     AdmissionPolicy,
     DisaggConfig,
@@ -60,6 +61,34 @@ class PluginSettings:
     def __post_init__(self) -> None:
         if self.policy not in POLICY_NAMES:
             raise ValueError(f"{ENV_POLICY} must be one of {POLICY_NAMES}, got {self.policy!r}")
+        # Checked here, at registration, with the same rules as the policies' configs: a bad
+        # value must not pass `register()` and then stop the scheduler at its first batch.
+        for name, env_name, low_open in (
+            ("tbt_bound_ms", ENV_TBT_MS, True),
+            ("slo_ttft_ms", ENV_TTFT_MS, True),
+            ("promote_within_ms", ENV_PROMOTE_WITHIN_MS, False),
+            ("idle_be_budget_ms", ENV_IDLE_BE_BUDGET_MS, False),
+            ("be_step_ms", ENV_BE_STEP_MS, True),
+        ):
+            require_number(
+                f"{env_name} ({name})",
+                getattr(self, name),
+                low_open=low_open,
+                optional=name == "be_step_ms",
+            )
+        for name, env_name in (
+            ("min_lc_chunk_tokens", ENV_MIN_LC_CHUNK),
+            ("max_batch_tokens", ENV_MAX_BATCH_TOKENS),
+        ):
+            require_int(
+                f"{env_name} ({name})",
+                getattr(self, name),
+                low=1,
+                optional=name == "max_batch_tokens",
+            )
+        require_flag(
+            f"{ENV_BE_BESIDE_LC_PREFILL} (be_beside_lc_prefill)", self.be_beside_lc_prefill
+        )
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str] | None = None) -> PluginSettings:

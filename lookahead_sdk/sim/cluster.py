@@ -127,7 +127,7 @@ class SimCluster:
         promoted = []
         for request in self._requests.values():
             tags = request.tags
-            if request.finish_ms is not None or tags.priority_class != "be":
+            if request.finish_ms is not None or not tags.is_best_effort:
                 continue
             if (
                 (rid is not None and request.rid == rid)

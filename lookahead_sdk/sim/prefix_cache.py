@@ -52,6 +52,7 @@ class KvPool:
         self.reserved_tokens = 0
         self.evicted_tokens = 0
         self._blocks: dict[BlockName, _Block] = {}
+        self._locked_blocks = 0  # blocks with locks > 0 (a locked block's ancestors are locked)
         self._clock = itertools.count()
         # Eviction candidates as (last_used, name), checked when popped (entries go stale when a
         # block is used again, locked, gains a child or is evicted).
@@ -64,6 +65,12 @@ class KvPool:
     @property
     def free_tokens(self) -> int:
         return self.capacity_tokens - self.cached_tokens - self.reserved_tokens
+
+    @property
+    def evictable_tokens(self) -> int:
+        """Cached tokens that eviction can free: the unlocked blocks. Requests lock whole chains
+        from the root, so no unlocked block has a locked descendant."""
+        return (len(self._blocks) - self._locked_blocks) * self.block_tokens
 
     def match(self, names: Sequence[BlockName]) -> int:
         """How many leading blocks of `names` are cached."""
@@ -100,7 +107,10 @@ class KvPool:
 
     def lock(self, names: Sequence[BlockName]) -> None:
         for name in names:
-            self._blocks[name].locks += 1
+            block = self._blocks[name]
+            if block.locks == 0:
+                self._locked_blocks += 1
+            block.locks += 1
 
     def unlock(self, names: Sequence[BlockName]) -> None:
         for name in names:
@@ -108,10 +118,15 @@ class KvPool:
             if block.locks <= 0:
                 raise RuntimeError("KvPool.unlock: block was not locked (double release)")
             block.locks -= 1
+            if block.locks == 0:
+                self._locked_blocks -= 1
             self._offer_for_eviction(name, block)
 
     def reserve(self, tokens: int) -> bool:
-        """Reserve `tokens` for a running request, evicting cached blocks if needed."""
+        """Reserve `tokens` for a running request, evicting cached blocks if needed. When even
+        evicting every unlocked block would not make the room, nothing is evicted."""
+        if tokens > self.free_tokens + self.evictable_tokens:
+            return False
         if tokens > self.free_tokens:
             self._evict(tokens - self.free_tokens)
         if tokens > self.free_tokens:

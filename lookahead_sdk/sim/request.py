@@ -88,7 +88,8 @@ class SimRequest:
             program_id=tags.program_id,
             lookahead_group_id=tags.lookahead_group_id,
             commit_deadline_ms=self.commit_deadline_abs_ms,
-            promoted=self.promoted,
+            # A lookahead sent as "lc" is a promoted one (`RequestTags.group_to_promote`).
+            promoted=self.promoted or (tags.is_lookahead and tags.priority_class == "lc"),
             slo_ttft_ms=tags.slo_ttft_ms,
             in_progress=self.phase is Phase.PREFILL and self.prefilled_tokens > self.cached_tokens,
         )

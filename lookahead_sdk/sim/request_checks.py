@@ -9,10 +9,10 @@ from typing import Any
 ROLES: tuple[str, ...] = ("system", "developer", "user", "assistant", "tool", "function")
 
 
-def flag(fields: Mapping[str, Any], name: str, *, where: str = "") -> bool:
+def flag(fields: Mapping[str, Any], name: str, *, where: str = "", default: bool = False) -> bool:
     value = fields.get(name)
     if value is None:
-        return False
+        return default
     if not isinstance(value, bool):
         raise ValueError(f"{where}{name} must be true or false, got {value!r}")
     return value

@@ -174,11 +174,11 @@ class SimServer:
         return self.template.tokenizer.decode([request.output_token(i) for i in range(upto)])
 
     def max_tokens(self, value: Any, field_name: str, *, zero_means_default: bool) -> int:
-        if value is None or (value == 0 and zero_means_default):
+        if value is None:
             return self.config.default_max_tokens
         if isinstance(value, bool) or not isinstance(value, int) or value < 0:
             raise ValueError(f"{field_name} must be an int >= 0, got {value!r}")
-        return value
+        return self.config.default_max_tokens if value == 0 and zero_means_default else value
 
 
 def create_app(config: SimServeConfig) -> FastAPI:
@@ -305,7 +305,7 @@ def create_app(config: SimServeConfig) -> FastAPI:
             ids = server.template.render(
                 checks.messages(body),
                 tools=checks.tools(body),
-                add_generation_prompt=bool(body.get("add_generation_prompt", True)),
+                add_generation_prompt=checks.flag(body, "add_generation_prompt", default=True),
             )
         else:
             text = next((body[k] for k in ("prompt", "text", "content") if k in body), None)
@@ -323,8 +323,9 @@ def create_app(config: SimServeConfig) -> FastAPI:
         tools = checks.tools(body)
         streaming = checks.flag(body, "stream")
         include_usage = checks.flag(checks.stream_options(body), "include_usage")
+        max_completion_tokens = body.get("max_completion_tokens")
         max_tokens = server.max_tokens(
-            body.get("max_completion_tokens", body.get("max_tokens")),
+            body.get("max_tokens") if max_completion_tokens is None else max_completion_tokens,
             "max_tokens",
             zero_means_default=True,  # SGLang: chat max_tokens=0 means "no limit"
         )

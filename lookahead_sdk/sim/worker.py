@@ -166,7 +166,15 @@ class Worker:
             now_ms, [r.context_tokens for r in self.decoding], descriptors
         )
         chunks: list[tuple[SimRequest, int]] = []
+        lc_kv_blocked = False  # an LC request found no KV this round: BE must not take it
         for descriptor in admission.ordered(descriptors):
+            if (
+                lc_kv_blocked
+                and by_rid[descriptor.rid].phase is Phase.WAITING
+                and admission.scheduled_class(descriptor) == "be"
+            ):
+                self.stats.deferred[(descriptor.priority_class, "lc_kv_blocked")] += 1
+                continue
             decision = admission.offer(descriptor)
             if not isinstance(decision, Admit):
                 self.stats.deferred[(descriptor.priority_class, decision.reason)] += 1
@@ -182,6 +190,7 @@ class Worker:
                 ):
                     admission.settle(descriptor.rid, 0)
                     self.stats.kv_blocked += 1
+                    lc_kv_blocked = lc_kv_blocked or decision.scheduled_as == "lc"
                     continue
             chunks.append((request, decision.tokens))
             self.stats.admitted_chunks[descriptor.priority_class] += 1
@@ -244,7 +253,9 @@ class Worker:
         full_blocks = min(request.prefilled_tokens // self.pool.block_tokens, len(request.names))
         new_names = request.names[len(request.locked) : full_blocks]
         if new_names:
-            self.pool.insert(new_names)
+            # The whole chain from the root, so each new block is linked to its parent (the blocks
+            # before it are cached and locked by this request already; insert skips them).
+            self.pool.insert(request.names[:full_blocks])
             self.pool.lock(new_names)
             request.locked.extend(new_names)
             moved = len(new_names) * self.pool.block_tokens

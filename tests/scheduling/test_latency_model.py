@@ -132,7 +132,7 @@ def test_builtin_profile_loads_by_name() -> None:
         (lambda d: d.pop("alpha_prefill_ms"), "alpha_prefill_ms"),
         (lambda d: d.update(schema="other"), "profile.schema"),
         (lambda d: d.update(alpha_decode_ms=-1), "profile.alpha_decode_ms"),
-        (lambda d: d.update(gemm_table_ms=[[1, 2, 3]]), r"table\[0\]"),
+        (lambda d: d.update(gemm_table_ms=[[1, 2, 3]]), r"gemm_table_ms\[0\]"),
     ],
 )
 def test_bad_profile_documents_name_the_field(mutate, message) -> None:
