@@ -6,6 +6,7 @@ import json
 import math
 import os
 import platform
+import shlex
 import socket
 import subprocess
 import sys
@@ -52,10 +53,16 @@ def provenance() -> dict[str, Any]:
             "python": platform.python_version(),
         },
         "date": datetime.now(UTC).isoformat(timespec="seconds"),
-        "command": " ".join(["lookahead-sdk", *sys.argv[1:]])
-        if Path(sys.argv[0]).name in ("lookahead-sdk", "__main__.py")
-        else " ".join([Path(sys.executable).name, *sys.argv]),
+        "command": command_line(),
     }
+
+
+def command_line() -> str:
+    """The command this process runs, as a shell would take it back (an argument with a space
+    or a quote is quoted)."""
+    if Path(sys.argv[0]).name in ("lookahead-sdk", "__main__.py"):
+        return shlex.join(["lookahead-sdk", *sys.argv[1:]])
+    return shlex.join([Path(sys.executable).name, *sys.argv])
 
 
 def dirty_outside_docs(root: Path) -> bool | None:

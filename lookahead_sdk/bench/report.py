@@ -22,7 +22,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from lookahead_sdk.base.args import existing_dir, existing_file
 from lookahead_sdk.bench.common import markdown_table
+from lookahead_sdk.errors import ConfigurationError
 
 Document = dict[str, Any]
 Renderer = Callable[[Document], str]
@@ -345,7 +347,7 @@ def render_router_overhead_runs(runs: Sequence[tuple[str, Document]]) -> str:
         met = sum(r["overhead_p50_ms"] <= TARGET_P50_MS for r in rounds)
         rows.append(
             [
-                f"`{(document.get('provenance') or {}).get('commit', 'unknown')[:7]}`",
+                f"`{((document.get('provenance') or {}).get('commit') or 'unknown')[:7]}`",
                 str(len(rounds)),
                 f"{min(direct):.1f}-{max(direct):.1f} ms",
                 f"+{document['overhead_p50_ms']:.1f} ms",
@@ -476,22 +478,32 @@ def _run_names(sources: list[str]) -> list[tuple[str, str]]:
 def render(block: Block, root: Path) -> str:
     known = sorted([*RENDERERS, *RUNS_RENDERERS])
     if block.name not in known:
-        raise ValueError(f"{block.path}: no report renderer {block.name!r}; known: {known}")
+        raise ConfigurationError(f"{block.path}: no report renderer {block.name!r}; known: {known}")
     sources = block.source.split(",")
     for source in sources:
         if not (root / source).is_file():
-            raise ValueError(f"{block.path}: report {block.name!r} reads {source}, missing")
-    documents = [
-        (name, json.loads((root / source).read_text())) for name, source in _run_names(sources)
-    ]
+            raise ConfigurationError(
+                f"{block.path}: report {block.name!r} reads {source}, missing under {root} "
+                "(--root names the repository root)"
+            )
+    documents = [(name, _load_json(root / source, block)) for name, source in _run_names(sources)]
     if block.name in RUNS_RENDERERS:
         return RUNS_RENDERERS[block.name](documents)
     if len(documents) != 1:
-        raise ValueError(
+        raise ConfigurationError(
             f"{block.path}: report {block.name!r} reads one JSON file, got {block.source}; "
             f"only {sorted(RUNS_RENDERERS)} take several, comma-separated"
         )
     return RENDERERS[block.name](documents[0][1])
+
+
+def _load_json(path: Path, block: Block) -> Any:
+    try:
+        return json.loads(path.read_text())
+    except (json.JSONDecodeError, UnicodeDecodeError) as error:
+        raise ConfigurationError(
+            f"{block.path}: report {block.name!r} reads {path}, which is not JSON ({error})"
+        ) from None
 
 
 def regenerate(path: Path, root: Path) -> tuple[str, list[Block]]:
@@ -514,12 +526,17 @@ def markdown_files(root: Path) -> list[Path]:
 
 
 def run_report(root: Path, paths: Sequence[Path] = (), *, check: bool = False) -> list[Block]:
-    """Regenerate (or with `check`, compare) the blocks of `paths` (default: README + docs)."""
+    """Regenerate (or with `check`, compare) the blocks of `paths` (default: README + docs).
+    Every file is rendered before any is written: a block that cannot be rendered changes none."""
     stale: list[Block] = []
+    rewritten: list[tuple[Path, str]] = []
     for path in paths or markdown_files(root):
         text, changed = regenerate(path, root)
         stale += changed
-        if changed and not check:
+        if changed:
+            rewritten.append((path, text))
+    if not check:
+        for path, text in rewritten:
             path.write_text(text)
     return stale
 
@@ -529,7 +546,8 @@ def main(args: argparse.Namespace) -> int:
     stale = run_report(root, [Path(p).resolve() for p in args.paths], check=args.check)
     for block in stale:
         verb = "differs from" if args.check else "regenerated from"
-        print(f"{block.path.relative_to(root)}: table {block.name!r} {verb} {block.source}")
+        shown = block.path.relative_to(root) if block.path.is_relative_to(root) else block.path
+        print(f"{shown}: table {block.name!r} {verb} {block.source}")
     return 1 if args.check and stale else 0
 
 
@@ -537,8 +555,15 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser = subparsers.add_parser(
         "report", help="regenerate the result tables in README.md and docs/ from their JSON"
     )
-    parser.add_argument("paths", nargs="*", help="markdown files (default: README.md, docs/)")
-    parser.add_argument("--root", default=".", help="the repository root (default: .)")
+    parser.add_argument(
+        "paths",
+        nargs="*",
+        type=existing_file,
+        help="markdown files (default: README.md, docs/)",
+    )
+    parser.add_argument(
+        "--root", type=existing_dir, default=".", help="the repository root (default: .)"
+    )
     parser.add_argument(
         "--check", action="store_true", help="only compare; exit 1 if a table differs"
     )

@@ -10,23 +10,63 @@ import sys
 from collections.abc import Callable, Iterator
 
 from lookahead_sdk.base.args import (
+    Number,
     add_renamed,
     existing_file,
     non_negative_int,
     port,
     positive_float,
-    positive_int,
 )
 from lookahead_sdk.engine.build import ensure_binaries
 from lookahead_sdk.engine.config import (
     DEFAULT_PORT,
     FLASH_ATTN_MODES,
+    KV_PAD,
+    MAX_BATCH_TOKENS,
+    MAX_CACHE_RAM_MIB,
+    MAX_SLOTS,
+    MAX_THREADS,
+    MIN_BATCH_TOKENS,
     MODEL_CONTEXT,
     EngineConfig,
 )
 from lookahead_sdk.engine.errors import EngineError
 from lookahead_sdk.engine.model import DEFAULT_QUANTIZATION, QUANTIZATIONS, model_path
 from lookahead_sdk.engine.server import engine_status, ensure_engine, stop_engine
+
+# The ranges EngineConfig accepts, checked when the flags are parsed: a value it would reject
+# fails there, naming the flag, before anything is built or started.
+_slots = Number(int, low=1, high=MAX_SLOTS)
+_threads = Number(int, low=1, high=MAX_THREADS)
+_batch = Number(int, low=MIN_BATCH_TOKENS, high=MAX_BATCH_TOKENS)
+_context_tokens = Number(int, low=KV_PAD, high=MODEL_CONTEXT)
+
+
+def context_length(text: str) -> int:
+    """Tokens per slot: what `_context_tokens` takes, and a multiple of KV_PAD (llama.cpp pads
+    the per-slot context to one)."""
+    value = _context_tokens(text)
+    if value % KV_PAD:
+        raise argparse.ArgumentTypeError(
+            f"expected a multiple of {KV_PAD} (llama.cpp pads the context to one) "
+            f"from {KV_PAD} to {MODEL_CONTEXT}, got {text!r}"
+        )
+    return value
+
+
+def cache_ram(text: str) -> int:
+    value = non_negative_int(text)
+    if value > MAX_CACHE_RAM_MIB:  # said in full (Number's message rounds it)
+        raise argparse.ArgumentTypeError(
+            f"expected an integer >= 0 and <= {MAX_CACHE_RAM_MIB} (MiB), got {text!r}"
+        )
+    return value
+
+
+def host(text: str) -> str:
+    if not text.strip():
+        raise argparse.ArgumentTypeError("expected an address to listen on such as 127.0.0.1")
+    return text.strip()
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -45,27 +85,27 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     start = commands.add_parser("start", help="start the engine (reuse it if already running)")
     start.add_argument("--port", type=port, default=DEFAULT_PORT)
     start.add_argument(
-        "--slots", type=positive_int, default=EngineConfig.slots, help="parallel slots (-np)"
+        "--slots", type=_slots, default=EngineConfig.slots, help="parallel slots (-np)"
     )
     add_renamed(
         start,
         "--context-length",
         "--ctx",
-        type=positive_int,
+        type=context_length,
         default=MODEL_CONTEXT,
-        help="context tokens per slot",
+        help=f"context tokens per slot (a multiple of {KV_PAD}, at most {MODEL_CONTEXT})",
     )
     start.add_argument(
         "--threads",
-        type=positive_int,
+        type=_threads,
         default=None,
         help="CPU threads (default: $LOOKAHEAD_SDK_ENGINE_THREADS, else all CPUs)",
     )
     start.add_argument("--quant", choices=QUANTIZATIONS, default=DEFAULT_QUANTIZATION)
-    start.add_argument("--host", default=EngineConfig.host)
+    start.add_argument("--host", type=host, default=EngineConfig.host)
     start.add_argument(
         "--cache-ram",
-        type=non_negative_int,
+        type=cache_ram,
         default=EngineConfig.cache_ram_mib,
         help="host-memory prompt cache in MiB for prompts evicted from a slot (0: off)",
     )
@@ -77,7 +117,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     )
     start.add_argument(
         "--batch",
-        type=positive_int,
+        type=_batch,
         default=EngineConfig.batch_tokens,
         help="tokens per batch (--batch-size); a short urgent prompt waits for at most one batch",
     )

@@ -24,6 +24,11 @@ DEFAULT_FLASH_ATTN = "off"
 # Prefill throughput on CPU is the same at 128 as at 2048 (measured, docs/engine.md).
 DEFAULT_BATCH_TOKENS = 128
 LLAMA_CPP_BATCH_TOKENS = 2048
+# The ranges EngineConfig accepts (the `engine start` flags check the same ones when parsed).
+MAX_SLOTS = 256
+MAX_THREADS = 1024
+MAX_CACHE_RAM_MIB = 1 << 20
+MIN_BATCH_TOKENS, MAX_BATCH_TOKENS = 32, 8192
 
 
 ENGINE_THREADS_ENV = "LOOKAHEAD_SDK_ENGINE_THREADS"
@@ -73,7 +78,7 @@ class EngineConfig:
         if not isinstance(self.host, str) or not self.host:
             raise ValueError("host must be a non-empty string such as '127.0.0.1'")
         _require_int_in("port", self.port, 1, 65535)
-        _require_int_in("slots", self.slots, 1, 256)
+        _require_int_in("slots", self.slots, 1, MAX_SLOTS)
         _require_int_in("ctx_per_slot", self.ctx_per_slot, KV_PAD, MODEL_CONTEXT)
         if self.ctx_per_slot % KV_PAD:
             raise ValueError(
@@ -81,16 +86,16 @@ class EngineConfig:
                 f"got {self.ctx_per_slot}"
             )
         if self.threads is not None:
-            _require_int_in("threads", self.threads, 1, 1024)
+            _require_int_in("threads", self.threads, 1, MAX_THREADS)
         validate_quantization(self.quantization)
-        _require_int_in("cache_ram_mib", self.cache_ram_mib, -1, 1 << 20)
+        _require_int_in("cache_ram_mib", self.cache_ram_mib, -1, MAX_CACHE_RAM_MIB)
         if not isinstance(self.slot_copies, bool):
             raise TypeError(f"slot_copies must be a bool, got {type(self.slot_copies).__name__}")
         if self.flash_attn not in FLASH_ATTN_MODES:
             raise ValueError(
                 f"flash_attn must be one of {', '.join(FLASH_ATTN_MODES)}, got {self.flash_attn!r}"
             )
-        _require_int_in("batch_tokens", self.batch_tokens, 32, 8192)
+        _require_int_in("batch_tokens", self.batch_tokens, MIN_BATCH_TOKENS, MAX_BATCH_TOKENS)
         if isinstance(self.extra_args, str) or not all(
             isinstance(arg, str) for arg in self.extra_args
         ):

@@ -25,7 +25,7 @@ from rich.progress import Progress
 
 from lookahead_sdk.engine.config import EngineConfig
 from lookahead_sdk.engine.model import QUANTIZATIONS
-from lookahead_sdk.engine.server import start_engine
+from lookahead_sdk.engine.server import EngineHandle, start_engine
 
 _WORDS = "alpha bravo charlie delta echo foxtrot golf hotel india juliet kilo lima mike".split()
 
@@ -89,21 +89,26 @@ def probe(
 ) -> tuple[list[PrefillSample], list[DecodeSample]]:
     """Run every quantization's engine side by side and interleave their samples, so that load
     from other programs on the machine affects each quantization alike."""
-    engines = {
-        quantization: start_engine(
-            EngineConfig(
-                port=first_port + i, slots=2, ctx_per_slot=4096, quantization=quantization
-            ),
-            show_progress=False,
-        )
-        for i, quantization in enumerate(quantizations)
-    }
-    clients = {q: httpx.Client(base_url=e.base_url, timeout=600) for q, e in engines.items()}
+    engines: dict[str, EngineHandle] = {}
+    clients: dict[str, httpx.Client] = {}
     prefills: list[PrefillSample] = []
     decodes: list[DecodeSample] = []
     seeds = iter(range(1, 1 << 30))
     steps = len(quantizations) * repeats * (2 * len(lengths) + 1)
     try:
+        # Started inside the `try`: an engine that fails to start (a taken port, Ctrl-C) stops
+        # the ones already running instead of leaving them behind.
+        for i, quantization in enumerate(quantizations):
+            engines[quantization] = start_engine(
+                EngineConfig(
+                    port=first_port + i, slots=2, ctx_per_slot=4096, quantization=quantization
+                ),
+                show_progress=False,
+            )
+        clients = {
+            q: httpx.Client(base_url=e.base_url, timeout=600, trust_env=False)
+            for q, e in engines.items()
+        }
         with Progress(console=Console(stderr=True)) as progress:
             task = progress.add_task("probing the engine", total=steps)
             for n_tokens in lengths:

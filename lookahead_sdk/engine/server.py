@@ -285,24 +285,41 @@ def engine_status(port: int) -> EngineStatus | None:
 
 
 def is_healthy(base_url: str) -> bool:
+    """Whether the engine at ``base_url`` answers ``/health``. Asked directly: the engine is
+    local, and a proxy from $HTTP_PROXY / $ALL_PROXY would never reach it."""
     try:
-        return httpx.get(f"{base_url}/health", timeout=2.0).status_code == 200
+        return httpx.get(f"{base_url}/health", timeout=2.0, trust_env=False).status_code == 200
     except httpx.HTTPError:
         return False
 
 
 def port_in_use(host: str, port: int) -> bool:
-    """Whether binding ``host:port`` fails because something already listens there."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
+    """Whether binding ``host:port`` fails because something already listens there. A host
+    this machine cannot listen on (unknown name, another machine's address) raises
+    `EngineStartError` naming it."""
+    try:
+        family, _, _, _, address = socket.getaddrinfo(
+            host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE
+        )[0]
+    except socket.gaierror as error:
+        raise _bad_host(host, error.strerror) from None
+    with socket.socket(family, socket.SOCK_STREAM) as probe:
         # Same option llama-server's listener uses, so TIME_WAIT leftovers do not count.
         probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         try:
-            probe.bind((host, port))
+            probe.bind(address)
         except OSError as error:
             if error.errno == errno.EADDRINUSE:
                 return True
-            raise
+            raise _bad_host(host, error.strerror or str(error)) from None
     return False
+
+
+def _bad_host(host: str, reason: str) -> EngineStartError:
+    return EngineStartError(
+        f"cannot listen on host {host!r}: {reason}; pass an address of this machine with "
+        "--host (EngineConfig(host=...)), e.g. 127.0.0.1"
+    )
 
 
 def _start_unlocked(config: EngineConfig, *, timeout_s: float, show_progress: bool) -> EngineHandle:
@@ -480,7 +497,12 @@ def _reap(pid: int) -> bool:
 
 
 def _client_host(host: str) -> str:
-    return "127.0.0.1" if host in ("0.0.0.0", "") else host
+    """The host to reach the engine at, as a URL writes it (an IPv6 address in brackets)."""
+    if host in ("0.0.0.0", ""):
+        return "127.0.0.1"
+    if host == "::":
+        return "[::1]"
+    return f"[{host}]" if ":" in host else host
 
 
 def _config_difference(running: EngineConfig, wanted: EngineConfig) -> str:
