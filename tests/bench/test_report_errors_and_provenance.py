@@ -11,19 +11,10 @@ import pytest
 
 from lookahead_sdk.bench.common import provenance
 from lookahead_sdk.bench.report import RUNS_RENDERERS, run_report
-from lookahead_sdk.cli import main
 from lookahead_sdk.errors import ConfigurationError
+from tests.support.cli import run_cli
 
 STALE = "<!-- report: provenance run.json -->\nhand-typed\n<!-- /report -->\n"
-
-
-def run_cli(argv: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, str, str]:
-    try:
-        code = main(argv)
-    except SystemExit as exit:
-        code = exit.code if isinstance(exit.code, int) else 1
-    captured = capsys.readouterr()
-    return code, captured.out, captured.err
 
 
 @pytest.fixture

@@ -18,20 +18,11 @@ from rich.console import Console
 from lookahead_sdk.bench import adapters as adapters_bench
 from lookahead_sdk.bench import ttft as ttft_bench
 from lookahead_sdk.bench.examples import TurnRow, turn_feed, turns_table
-from lookahead_sdk.cli import build_parser, main
+from lookahead_sdk.cli import build_parser
 from lookahead_sdk.core.runtime import CommitKind
+from tests.support.cli import run_cli
 
 ROOT = Path(__file__).resolve().parents[2]
-
-
-def run_cli(argv: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, str, str]:
-    """`lookahead-sdk ARGV` in process: (exit code, stdout, stderr)."""
-    try:
-        code = main(argv)
-    except SystemExit as exit:
-        code = exit.code if isinstance(exit.code, int) else 1
-    captured = capsys.readouterr()
-    return code, captured.out, captured.err
 
 
 # (command line, the flag the error must name); OUT is replaced by a scratch directory.

@@ -12,20 +12,11 @@ from typing import Any
 
 import pytest
 
-from lookahead_sdk.cli import main
 from lookahead_sdk.engine import probe
 from lookahead_sdk.engine.config import EngineConfig
 from lookahead_sdk.engine.errors import EngineStartError, PortInUseError
 from lookahead_sdk.engine.server import EngineHandle, is_healthy, port_in_use
-
-
-def run_cli(argv: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, str]:
-    try:
-        code = main(argv)
-    except SystemExit as exit:
-        code = exit.code if isinstance(exit.code, int) else 1
-    return code, capsys.readouterr().err
-
+from tests.support.cli import run_cli
 
 # Each value passes the flag's old type (a positive count) but EngineConfig rejects it.
 REJECTED = [
@@ -44,7 +35,7 @@ REJECTED = [
 def test_engine_start_rejects_what_the_config_would_reject_naming_the_flag(
     flag: str, value: str, isolated_cache: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    code, err = run_cli(["engine", "start", "--port", "18413", flag, value], capsys)
+    code, _, err = run_cli(["engine", "start", "--port", "18413", flag, value], capsys)
     assert code == 2, err
     error_lines = [line for line in err.splitlines() if "deprecated" not in line]
     assert len(error_lines) == 1 and f"argument {flag}:" in error_lines[0], err
