@@ -20,6 +20,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from lookahead_sdk.base.checks import require_int
 from lookahead_sdk.errors import ConfigurationError, StateError
 
 KEY_PATTERN = re.compile(r"^[0-9a-f]{64}$")
@@ -39,6 +40,11 @@ class OffloadRef:
     path: Path
 
 
+# UTF-8 as usual; lone surrogates (a file name read with os.listdir, bytes decoded with
+# "surrogateescape") are stored as they are and read back the same, not refused.
+ENCODING, SURROGATES = "utf-8", "surrogatepass"
+
+
 class OffloadStore:
     def __init__(self, root: str | os.PathLike[str], *, temp_grace_s: float = TEMP_GRACE_S) -> None:
         if isinstance(temp_grace_s, bool) or not isinstance(temp_grace_s, int | float):
@@ -52,7 +58,7 @@ class OffloadStore:
     def put(self, text: str) -> OffloadRef:
         if not isinstance(text, str):
             raise TypeError(f"offloaded content must be a str, got {type(text).__name__}")
-        data = text.encode()
+        data = text.encode(ENCODING, SURROGATES)
         key = _key_of(data)
         path = self._path(key)
         if not self._holds(path, key):  # missing, or damaged: (re)write it
@@ -72,16 +78,12 @@ class OffloadStore:
                 "matches its key (truncated or altered on disk); put the same text again to "
                 "repair it"
             )
-        return data.decode()
+        return data.decode(ENCODING, SURROGATES)
 
     def read(self, key: str, *, offset: int = 0, max_chars: int | None = None) -> str:
         """A window of an offloaded output, for read-back tools with bounded replies."""
-        if isinstance(offset, bool) or not isinstance(offset, int) or offset < 0:
-            raise ValueError(f"offset must be an int >= 0 (a character position), got {offset!r}")
-        if max_chars is not None and (
-            isinstance(max_chars, bool) or not isinstance(max_chars, int) or max_chars <= 0
-        ):
-            raise ValueError(f"max_chars must be a positive int or None, got {max_chars!r}")
+        require_int("offset", offset, meaning="a character position")
+        require_int("max_chars", max_chars, low=1, optional=True)
         text = self.get(key)
         end = None if max_chars is None else offset + max_chars
         return text[offset:end]

@@ -16,13 +16,22 @@ from lookahead_sdk.core.offload_store import TEMP_GRACE_S, CorruptOffloadError
 
 
 @settings(max_examples=80, deadline=None)
-@given(text=st.text(min_size=0, max_size=5000))
+# Lone surrogates included: text from os.listdir or bytes decoded with "surrogateescape".
+@given(text=st.text(st.characters(exclude_categories=()), min_size=0, max_size=5000))
 def test_round_trip_is_byte_exact(tmp_path_factory, text: str) -> None:
     store = OffloadStore(tmp_path_factory.mktemp("store"))
     ref = store.put(text)
     assert store.get(ref.key) == text
-    assert ref.path.read_bytes() == text.encode()
+    assert ref.path.read_bytes() == text.encode("utf-8", "surrogatepass")
     assert store.put(text).key == ref.key  # content addressed: same text, same key
+
+
+def test_an_output_with_a_lone_surrogate_is_stored_and_read_back(tmp_path: Path) -> None:
+    text = "listing: " + b"caf\xe9.txt".decode("utf-8", "surrogateescape")
+    store = OffloadStore(tmp_path)
+    ref = store.put(text)  # before: UnicodeEncodeError, and the transform failed
+    assert store.get(ref.key) == text and store.read(ref.key, offset=9) == text[9:]
+    assert store.put("plain").key == OffloadStore(tmp_path / "b").put("plain").key
 
 
 def test_concurrent_writers_lose_nothing(tmp_path: Path) -> None:
