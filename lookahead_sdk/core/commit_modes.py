@@ -40,6 +40,17 @@ class CommitTarget:
         """Warm the lookahead's last message open (a delegation instruction being written)."""
         return not self.rewrites_history and lookahead.covered_partial is not None
 
+    def outlived(self, lookahead: LookaheadState, main: MainState) -> bool:
+        """A lookahead made while an instruction streamed (spawn) covers the history before the
+        message that stream becomes: once another message follows that one, the stream did not
+        end in the delegation it was made for, and its context (a sub-agent prompt made from
+        the history then) would be committed for a later history."""
+        return (
+            not self.rewrites_history
+            and lookahead.covered_partial is not None
+            and len(main) > lookahead.last_segment_end + 1
+        )
+
     def apply(self, main: MainState, messages: list[Message]) -> bytes | None:
         """Carry out a commit of `messages`. Returns the signature of the spawned history (spawn),
         so the same history is not spawned again; None for replace."""

@@ -808,6 +808,10 @@ class LookaheadRuntime:
             # A ready result superseded by a newer one (e.g. Isolate's next chunk): its work is
             # wasted only if the newer one is.
             self._spent_by_group[group_id] = self._spent_by_group.pop(previous, 0)
+        else:
+            # A failed or stale one is never committed: its work is wasted (and its record
+            # dropped, or one would be kept per lookahead for the whole run).
+            self._waste(previous)
         ctx = self._transform_context(is_lookahead=True, partial_output=snapshot.partial_output)
         ctx.expected_growth_tokens = self._expected_growth_until_commit()
         kept_from = self.policy.kept_from(snapshot.messages, ctx)
@@ -947,7 +951,9 @@ class LookaheadRuntime:
 
     def _drop_if_stale(self) -> None:
         lookahead = self.lookahead
-        if lookahead.in_flight_or_ready and not lookahead.covers(self.main):
+        if lookahead.in_flight_or_ready and (
+            not lookahead.covers(self.main) or self._target.outlived(lookahead, self.main)
+        ):
             self.stats.stale += 1
             lookahead.mark_stale()
             if self._job is not None and not self._job.done():
@@ -1247,6 +1253,11 @@ class LookaheadRuntime:
                 "strategy_data": copy.deepcopy(lookahead.strategy_data),
                 "kept_from": lookahead.kept_from,
                 "warmed_end": lookahead.warmed_end,
+                # The instruction streaming when it was made (Isolate): it covers only the
+                # delegation that stream becomes (`CommitTarget.outlived`).
+                "covered_partial": (
+                    None if lookahead.covered_partial is None else asdict(lookahead.covered_partial)
+                ),
             }
         return saved
 
@@ -1339,6 +1350,18 @@ def _warmed_end(saved: Mapping[str, Any], history_length: int) -> int | None:
     return end
 
 
+def _covered_partial(saved: Any) -> PartialOutput | None:
+    """A saved result's streaming instruction (None: none, or saved before the field existed)."""
+    if saved is None:
+        return None
+    text, tool_name = saved["text"], saved["tool_name"]
+    if not isinstance(text, str) or not (tool_name is None or isinstance(tool_name, str)):
+        raise ValueError(
+            f"covered_partial must hold a str text and a str or null tool_name, got {saved!r}"
+        )
+    return PartialOutput(text, tool_name)
+
+
 def _saved_program_id(state: Mapping[str, Any], current: str) -> str:
     """The program id a state was saved under (`current` for a state saved before the field)."""
     saved = state.get("program_id")
@@ -1417,6 +1440,7 @@ def _read_state(
                     else require_int("kept_from", saved["kept_from"])
                 ),
                 warmed_end=_warmed_end(saved, len(main)),
+                covered_partial=_covered_partial(saved.get("covered_partial")),
             )
     except (KeyError, TypeError, ValueError, AttributeError) as error:
         raise InvalidInputError(

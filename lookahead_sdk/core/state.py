@@ -438,11 +438,14 @@ class LookaheadState:
         strategy_data: dict[str, Any],
         kept_from: int | None = None,
         warmed_end: int | None = None,
+        covered_partial: PartialOutput | None = None,
     ) -> None:
         """A ready result from a saved state (committed only if it still covers the history).
         `warmed_end`: how far it was warmed; the suffix after it is warmed at the next boundary
-        (the warmer knows what the server still holds, and prefills the rest)."""
+        (the warmer knows what the server still holds, and prefills the rest).
+        `covered_partial`: the output that was streaming when it was made."""
         self._expect(LookaheadStatus.IDLE, "restore")
+        self.covered_partial = covered_partial
         self.kept_from = kept_from
         self.warmed_end = warmed_end
         self.status = LookaheadStatus.READY
