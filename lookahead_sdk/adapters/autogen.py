@@ -43,6 +43,7 @@ from autogen_core import (
     Component,
     ComponentModel,
     FunctionCall,
+    Image,
 )
 from autogen_core.model_context import ChatCompletionContext
 from autogen_core.models import (
@@ -147,11 +148,14 @@ def from_openai(
     names = dict(names or {})
     for message in messages:
         role, content = message["role"], message.get("content")
-        text = content if isinstance(content, str) else ""
+        text = content if isinstance(content, str) else _parts_text(content)
         if role in ("system", "developer"):
             out.append(SystemMessage(content=text))
         elif role == "user":
-            out.append(UserMessage(content=text, source=message.get("name") or "user"))
+            parts = content if isinstance(content, list) else text
+            out.append(
+                UserMessage(content=_user_content(parts), source=message.get("name") or "user")
+            )
         elif role == "assistant" and message.get("tool_calls"):
             calls = [
                 FunctionCall(
@@ -174,6 +178,36 @@ def from_openai(
             else:
                 out.append(FunctionExecutionResultMessage(content=[result]))
     return out
+
+
+def _user_content(content: str | list[Any]) -> str | list[str | Image]:
+    """A user message's content as AutoGen holds it: text, or its text and image parts (as
+    `_content` renders them), so a multimodal message a commit keeps is sent unchanged."""
+    if isinstance(content, str):
+        return content
+    parts: list[str | Image] = []
+    for part in content:
+        if part.get("type") == "text":
+            parts.append(str(part.get("text", "")))
+        else:  # an image; a part AutoGen has no type for is kept as its JSON, not lost
+            parts.append(_image(part) or json.dumps(part))
+    return parts
+
+
+def _image(part: Mapping[str, Any]) -> Image | None:
+    """An `image_url` part holding an image AutoGen can hold (a base64 PNG or JPEG)."""
+    url = (part.get("image_url") or {}).get("url") if part.get("type") == "image_url" else None
+    try:
+        return Image.from_uri(url) if isinstance(url, str) else None
+    except ValueError:
+        return None
+
+
+def _parts_text(content: Any) -> str:
+    """The text of a content-part list (roles AutoGen holds as plain text); "" for none."""
+    if not isinstance(content, list):
+        return ""
+    return "".join(str(p.get("text", "")) for p in content if p.get("type") == "text")
 
 
 def tool_dicts(tools: Sequence[Tool | ToolSchema]) -> tuple[dict[str, Any], ...]:
