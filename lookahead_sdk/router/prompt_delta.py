@@ -65,10 +65,11 @@ class PromptTracker:
     def _messages(self, program_id: str, messages: list[Any], tools: Any, remember: bool) -> int:
         seen = self._seen.get(program_id)
         start = 0
-        if seen is not None and 0 < seen.length < len(messages):
+        if seen is not None and 0 < seen.length <= len(messages):
+            # The same messages again (a client's retry, another sample) add nothing.
             if _fingerprint(messages[seen.length - 1]) == seen.fingerprint:
                 start = seen.length
-                first = messages[start]
+                first = messages[start] if start < len(messages) else None
                 if isinstance(first, Mapping) and first.get("role") == "assistant":
                     start += 1  # the previous reply: counted in that response's usage
         count = sum(self._count_message(m) for m in messages[start:] if isinstance(m, Mapping))

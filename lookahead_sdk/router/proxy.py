@@ -351,6 +351,11 @@ class RouterProxy:
             decision = await admitted(admission)
             failures: list[UpstreamFailed] = []
             while isinstance(decision, Forward):
+                if self.core.program(program_id) is None:
+                    # Released after a restore forwarded this held request, before its turn
+                    # came: sending it would give a program that is gone a llama.cpp slot.
+                    decision = Reject(request_id, program_id, "program_released", 409)
+                    break
                 estimate = self._estimate(program_id)
                 held = (HELD_HEADER, f"{held_s * 1000:.1f}".encode())
                 try:
@@ -385,6 +390,10 @@ class RouterProxy:
             self._finish(request_id, ok=ok, total_tokens=total)
             if ok and total is not None and lookahead is None:
                 self._tracker.served(program_id, total)
+            if self.core.program(program_id) is None:
+                # Refused before it entered the table, or released: no Teardown forgets its
+                # prompt for it.
+                self._tracker.forget(program_id)
 
     async def _untracked(self, call: Call, reply: Reply) -> str:
         failures: list[UpstreamFailed] = []
