@@ -264,14 +264,15 @@ def merge_tag_fields(
 def program_id_of(
     body: Mapping[str, Any] | None, headers: Mapping[str, str] | None = None
 ) -> str | None:
-    """The program identity of a request in any of the forms fleets use: the body's
-    `program_id`, the `X-Program-Id` header, Dynamo's `x-dynamo-session-id` header or
-    `nvext.agent_context.trajectory_id`."""
-    if body is not None and isinstance(body.get("program_id"), str):
-        return body["program_id"]
+    """The program identity of a request in any of the forms fleets use, in this order:
+    `custom_params.program_id` (it wins over a top-level field, as for every tag in
+    `RequestTags.from_request`), the body's `program_id`, the `X-Program-Id` header, Dynamo's
+    `x-dynamo-session-id` header or `nvext.agent_context.trajectory_id`."""
     custom = _custom_params(body)
     if custom is not None and isinstance(custom.get("program_id"), str):
         return custom["program_id"]
+    if body is not None and isinstance(body.get("program_id"), str):
+        return body["program_id"]
     for header in (PROGRAM_HEADER, DYNAMO_SESSION_HEADER):
         value = _header(headers, header)
         if value:

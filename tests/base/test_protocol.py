@@ -111,3 +111,12 @@ def test_release_body_checks_the_id() -> None:
     assert release_body("agent-7") == {"program_id": "agent-7"}
     with pytest.raises(ValueError, match="program_id"):
         release_body("a\nb")
+
+
+def test_the_router_identity_and_the_tags_agree_on_the_program() -> None:
+    """`custom_params` wins for the program id as for every other tag, in both readers."""
+    body = {"program_id": "top", "custom_params": {"program_id": "carried"}}
+    tags = RequestTags.from_request(body)
+    assert tags is not None and tags.program_id == "carried"
+    assert program_id_of(body) == "carried"
+    assert program_id_of({"program_id": "top"}, {"X-Program-Id": "header"}) == "top"
