@@ -104,7 +104,8 @@ class HostedRuntime:
     adapter's loop: `call` / `acall` wait for the result; `submit` does not (a segment boundary
     whose work should not hold the framework, e.g. before a tool runs), and a failure of a
     submitted operation is raised by the next `call` / `acall` (once the operations given
-    before it ran, instead of that call's own operation)."""
+    before it ran, instead of that call's own operation; several at once, as the first with
+    notes naming the others)."""
 
     def __init__(self, loop: AdapterLoop, runtime: LookaheadRuntime) -> None:
         self.loop = loop
@@ -140,7 +141,13 @@ class HostedRuntime:
             # Checked here, after every operation given before this one ran: a submitted
             # operation that failed just before is raised now, not one call later.
             if raise_failure and self._failures:
-                raise self._failures.pop(0)
+                # All of them at once: one per call would fail as many calls after it, each
+                # losing its own operation, and would pile up while a caller catches and goes on.
+                first, *later = self._failures
+                self._failures.clear()
+                for failure in later:
+                    first.add_note(f"a later submitted operation failed too: {failure!r}")
+                raise first
             return await operation(self.runtime)
 
     async def _apply_submitted(self, operation: Operation[Any]) -> None:

@@ -102,3 +102,26 @@ def test_a_submitted_failure_is_raised_by_the_very_next_call(adapter_loop: Adapt
         hosted_runtime.call(record)
     assert ran == []  # the call's own operation did not run
     assert hosted_runtime.call(record) == "done"  # raised once, then gone
+
+
+def test_several_submitted_failures_are_raised_by_one_call(adapter_loop: AdapterLoop) -> None:
+    """Raised together (the first, with notes naming the others): one per call would make as
+    many calls after it fail, each without running its own operation."""
+    hosted_runtime = hosted.HostedRuntime(adapter_loop, cast(Any, "runtime"))
+
+    def failing(number: int) -> Any:
+        async def operation(_: object) -> None:
+            raise ValueError(f"failure {number}")
+
+        return operation
+
+    async def record(_: object) -> str:
+        return "done"
+
+    for number in range(3):
+        hosted_runtime.submit(failing(number))
+    with pytest.raises(ValueError, match="failure 0") as raised:
+        hosted_runtime.call(record)
+    notes = getattr(raised.value, "__notes__", [])
+    assert [n for n in notes if "failure 1" in n] and [n for n in notes if "failure 2" in n]
+    assert hosted_runtime.call(record) == "done"  # none left for the next call
