@@ -73,7 +73,7 @@ class RecordingReplay(ReplayChatCompletionClient):
         return await super().create(messages, **kwargs)
 
 
-def replay(calls: int) -> RecordingReplay:
+def replay(calls: int, *, vision: bool = False) -> RecordingReplay:
     results: list[Any] = [
         CreateResult(
             finish_reason="function_calls",
@@ -84,7 +84,7 @@ def replay(calls: int) -> RecordingReplay:
         for i in range(calls)
     ]
     results.append(CreateResult(finish_reason="stop", content="done", usage=USAGE, cached=False))
-    return RecordingReplay(results, model_info=INFO)
+    return RecordingReplay(results, model_info={**INFO, "vision": vision})
 
 
 def context(policy: Any = None, **kwargs: Any) -> LookaheadChatCompletionContext:
