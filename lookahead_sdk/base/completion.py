@@ -186,21 +186,26 @@ class OpenAICompletionClient:
         **request_fields: Any,
     ) -> _StreamedPiece:
         piece = _StreamedPiece()
+        # The history and tools go in the body as they are: given as `messages=` / `tools=`,
+        # the openai SDK walks every message (for aliases and formats, which chat requests do
+        # not have) before sending, 18 ms a call at a 5K-token history on this machine, all of
+        # it on the turn's TTFT. The JSON sent is the same.
+        body: dict[str, Any] = {
+            **(request_fields.pop("extra_body", None) or {}),
+            "messages": messages,
+            **({"tools": list(tools)} if tools else {}),
+        }
         if must_yield is not None:
             # llama.cpp: usage in every chunk, so a stopped piece still counts its prefill.
-            extra_body = {
-                **(request_fields.pop("extra_body", None) or {}),
-                "timings_per_token": True,
-            }
-            request_fields["extra_body"] = extra_body
+            body["timings_per_token"] = True
         stream = await self.openai.chat.completions.create(
             model=self.model,
-            messages=messages,  # type: ignore[arg-type]
+            messages=[],
             max_tokens=max_tokens,
             temperature=temperature,
             stream=True,
             stream_options={"include_usage": True},
-            **({"tools": list(tools)} if tools else {}),
+            extra_body=body,
             **request_fields,
         )
         # Closed however reading ends: a callback that raises, or a cancellation while one
