@@ -242,6 +242,10 @@ class LookaheadRuntime:
         self.stats = RuntimeStats()
         self._job: asyncio.Task[None] | None = None
         self._pending_boundary = False
+        # The loop marks a boundary where a model turn ends (as the README's loop does), so
+        # work held back at the boundary before a model call runs at the one after it.
+        self._marks_reply_boundaries = False
+        self._held_for_model_call = False
         self._spent_by_group: dict[str, int] = {}
         self._growth = GrowthRate()
         self._pace = IdlePace()
@@ -742,6 +746,9 @@ class LookaheadRuntime:
     # -- background work ---------------------------------------------------------------------
     def _on_boundary(self) -> None:
         now = self.clock()
+        last = self.main.last_message
+        if last is not None and last.get("role") == "assistant":
+            self._marks_reply_boundaries = True
         self._growth.observe(now, self.main.tokens)
         self._pace.boundary(now, self.main.turn)
         self._refresh_due()
@@ -756,8 +763,13 @@ class LookaheadRuntime:
         self._pending_boundary = False
         main, lookahead = self.main, self.lookahead
         commits_next = self.commit_due and not self._tools_pending()
-        if self._target.applies_before_model_call() and (
-            commits_next or self.policy.should_commit(main, lookahead)
+        # Work held back at the boundary before this turn's model call (below) runs in the
+        # turn's tool wait even if the call after them commits: it would have run before.
+        resumes_held = self._held_for_model_call and self._tools_pending()
+        if (
+            self._target.applies_before_model_call()
+            and (commits_next or self.policy.should_commit(main, lookahead))
+            and not resumes_held
         ):
             # The next model call commits: background work started now would only make it wait
             # for what it does itself (prefill the newest suffix, or transform synchronously).
@@ -765,8 +777,22 @@ class LookaheadRuntime:
             return
         if self._model_calls_left == 0 and self._target.applies_before_model_call():
             return  # no model call follows to commit anything started now
+        # A ready result's redo (Offload's, of each new output) or warm-up waits for the
+        # boundary after the model call just made due: sent beside that call, which prefills the
+        # same new messages in the live context, its tokenization and chunk only delay the
+        # call's first token; after the reply it covers both in the tool wait. A lookahead still
+        # to start starts now (its lead counts), and so does a regrow (its commit may be decided
+        # at that reply, and a redo is not started for a commit decided).
+        holds = (
+            lookahead.status is LookaheadStatus.READY
+            and self._marks_reply_boundaries
+            and main.awaits_model_call()
+        )
+        self._held_for_model_call = False
         if self.policy.should_lookahead(main, lookahead):
-            if self._commit_out_of_reach():
+            if holds:
+                self._held_for_model_call = True
+            elif self._commit_out_of_reach():
                 self.stats.out_of_reach_starts += 1
             elif self._defers_start():
                 self.stats.deferred_starts += 1
@@ -784,7 +810,10 @@ class LookaheadRuntime:
             self._start_lookahead(main.snapshot(), branch_in_use=True)
             self._standby = standby
         elif lookahead.status is LookaheadStatus.READY and self._suffix_to_warm():
-            self._run_job(self._warm(lookahead.group_id or ""))
+            if holds:
+                self._held_for_model_call = True
+            else:
+                self._run_job(self._warm(lookahead.group_id or ""))
         elif (
             self._tools_pending()
             and self._hooks.copies_live_context

@@ -1,0 +1,154 @@
+"""When a ready lookahead's new suffix is warmed: in the tool wait after a model turn, never
+beside the model call its tool outputs make due (where the loop marks turn ends), and still
+before the commit it serves."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from lookahead_sdk import CommitKind, LookaheadRuntime, LookaheadStatus, OffloadStore
+from lookahead_sdk.base.messages import Message
+from lookahead_sdk.strategies import Offload
+
+from .policies import CountingPolicy, RecordingWarmer, user
+from .test_commit_ahead import HARD, model_turn, workload_runtime
+from .test_commit_ahead import tool_output as sized_output
+
+
+def reply_calling_tool(step: int) -> Message:
+    return {
+        "role": "assistant",
+        "content": None,
+        "tool_calls": [
+            {"id": f"c{step}", "type": "function", "function": {"name": "ls", "arguments": "{}"}}
+        ],
+    }
+
+
+def tool_output(step: int) -> Message:
+    return {"role": "tool", "tool_call_id": f"c{step}", "content": f"out {step}"}
+
+
+def warm_context(runtime: LookaheadRuntime, *, through: int | None = None) -> list[Message]:
+    """What a warm-up of the ready result sends: it, then the history since it was made (up to
+    `through`)."""
+    lookahead = runtime.lookahead
+    assert lookahead.messages is not None
+    return [*lookahead.messages, *runtime.main.messages[lookahead.last_segment_end : through]]
+
+
+async def model_call(runtime: LookaheadRuntime) -> list[Message]:
+    """What the loop sends: the context after any commit (background work settled first, so
+    what started at the last boundary has run)."""
+    await runtime.settle()
+    return await runtime.prepare()
+
+
+async def turn(runtime: LookaheadRuntime, step: int, *, mark_reply: bool) -> None:
+    """The model calls a tool: the reply (a boundary where the loop marks it), then its output."""
+    await model_call(runtime)
+    runtime.append(reply_calling_tool(step))
+    if mark_reply:
+        await runtime.boundary()
+        await runtime.settle()
+    runtime.append(tool_output(step))
+    await runtime.boundary()
+
+
+async def driven(
+    counter: object, *, hard: int, below: int, mark_reply: bool
+) -> tuple[LookaheadRuntime, RecordingWarmer, int]:
+    """A runtime that starts a lookahead at 4 messages and commits at `hard`, driven by whole
+    turns while its history is below `below` messages; with its warmer and the next step."""
+    warmer = RecordingWarmer()
+    runtime = LookaheadRuntime(
+        CountingPolicy(soft=4, hard=hard),
+        messages=[{"role": "system", "content": "s"}, user("task")],
+        token_counter=counter,
+        warmer=warmer,
+    )
+    step = 0
+    while len(runtime.main) < below:
+        await turn(runtime, step, mark_reply=mark_reply)
+        step += 1
+    return runtime, warmer, step
+
+
+async def test_a_turns_tool_outputs_are_warmed_with_its_next_reply_not_beside_the_call(
+    approx_counter,
+) -> None:
+    runtime, warmer, step = await driven(approx_counter, hard=14, below=12, mark_reply=True)
+    await runtime.settle()
+    assert runtime.lookahead.status is LookaheadStatus.READY
+    suffix_warm_ups = warmer.warmed[1:]  # the first warms the lookahead's own result
+    assert len(suffix_warm_ups) >= 2
+    # None went out at a boundary that makes a model call due (it ends with a tool output):
+    # each ended at a reply, covering the tool output before it as well.
+    assert all(warmed[-1]["role"] == "assistant" for warmed in suffix_warm_ups)
+    await turn(runtime, step, mark_reply=True)
+    await runtime.settle()
+    # The commit prefills only the tool output that just came; everything before it is warm.
+    assert warmer.warmed[-1] == warm_context(runtime, through=-1)
+    await model_call(runtime)
+    assert runtime.stats.hits == 1
+    await runtime.aclose()
+
+
+async def test_a_loop_marking_only_tool_outputs_still_warms_each_suffix(approx_counter) -> None:
+    runtime, warmer, _ = await driven(approx_counter, hard=14, below=14, mark_reply=False)
+    await runtime.settle()
+    # With no boundary at a turn's end, the one before a model call is the only one there is:
+    # each turn was warmed there but the last, which reached the limit (its call commits).
+    assert warmer.warmed[-1] == warm_context(runtime, through=-2)
+    assert warmer.warmed[-1][-1]["role"] == "tool"
+    await model_call(runtime)
+    assert runtime.stats.hits == 1
+    await runtime.aclose()
+
+
+async def test_the_suffix_is_warmed_during_the_tools_of_the_turn_that_reaches_the_limit(
+    approx_counter,
+) -> None:
+    runtime, warmer, step = await driven(approx_counter, hard=11, below=10, mark_reply=True)
+    await model_call(runtime)
+    runtime.append(reply_calling_tool(step))  # the history reaches the limit with this reply
+    await runtime.boundary()
+    await runtime.settle()
+    assert runtime.policy.should_commit(runtime.main, runtime.lookahead)
+    runtime.append(tool_output(step))
+    await runtime.boundary()
+    # Warmed while the tools ran: the commit prefills only their output.
+    assert warmer.warmed[-1] == warm_context(runtime, through=-1)
+    outcome = await runtime.commit()
+    assert outcome.kind is CommitKind.HIT
+    await runtime.aclose()
+
+
+async def test_offloads_redo_of_each_new_output_runs_in_the_tool_wait_after_the_call(
+    tmp_path: Path,
+) -> None:
+    """Offload redoes a ready result at each new tool output: not at the boundary that brings
+    it (the model call it makes due goes alone), but at the reply after it; every commit hits
+    with only the newest output left whole, as the synchronous transform leaves it."""
+    warmer = RecordingWarmer()
+    policy = Offload(store=OffloadStore(tmp_path), threshold=300, hard_limit=HARD)
+    held = redone_after_reply = 0
+    async with workload_runtime(policy, "lookahead", warmer=warmer) as runtime:
+        for step in range(40):
+            await runtime.prepare()
+            runtime.append(model_turn(step))
+            started = runtime.stats.lookaheads_started
+            await runtime.boundary()
+            redone_after_reply += runtime.stats.lookaheads_started > started
+            await runtime.settle()
+            ready = runtime.lookahead.status is LookaheadStatus.READY
+            runtime.append(sized_output(step, 400))
+            started = runtime.stats.lookaheads_started
+            await runtime.boundary()
+            if ready and not runtime.policy.should_commit(runtime.main, runtime.lookahead):
+                # Nothing went to the engine beside the model call this output makes due.
+                assert not runtime.busy and runtime.stats.lookaheads_started == started
+                held += 1
+            await runtime.settle()
+        assert runtime.stats.commits >= 3 and runtime.stats.hits == runtime.stats.commits
+    assert held >= 3 and redone_after_reply >= held
