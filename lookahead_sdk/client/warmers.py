@@ -311,6 +311,10 @@ class LlamaCppWarmer(_HttpWarmer):
         pair = slots.pair(program_id) if slots is not None else None
         return None if slots is None or pair is None else (slots, pair)
 
+    @property
+    def waits_for_slack(self) -> bool:
+        return self.gate is not None
+
     async def _wait_for_slack(self, until: Callable[[], bool] | None = None) -> None:
         if self.gate is not None:
             await self.gate.wait(until=until)

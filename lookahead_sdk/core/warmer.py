@@ -72,6 +72,14 @@ class Warmer:
     # schedules the copy).
     copies_live_context: ClassVar[bool] = False
 
+    @property
+    def waits_for_slack(self) -> bool:
+        """True when the warmer itself holds each chunk until the engine has slack (a client-side
+        `SlackGate`, for an engine without priorities): a warm-up started beside a model call
+        then waits for that call by itself. False (a server that admits best-effort work, or
+        none): the runtime holds a ready result's warm-up out of the moment a call goes out."""
+        return False
+
     async def warm(
         self,
         messages: Sequence[Message],
@@ -167,6 +175,10 @@ class DelegatingWarmer(Warmer):
     @property
     def copies_live_context(self) -> bool:  # type: ignore[override]
         return self.inner.copies_live_context
+
+    @property
+    def waits_for_slack(self) -> bool:
+        return self.inner.waits_for_slack
 
     async def warm(
         self,

@@ -10,9 +10,11 @@ from typing import Any
 
 import pytest
 from autogen_agentchat.agents import AssistantAgent
+from autogen_agentchat.messages import BaseChatMessage
 from autogen_core import FunctionCall
 from autogen_core.models import (
     AssistantMessage,
+    ChatCompletionClient,
     CreateResult,
     FunctionExecutionResult,
     FunctionExecutionResultMessage,
@@ -97,10 +99,9 @@ def context(policy: Any = None, **kwargs: Any) -> LookaheadChatCompletionContext
     )
 
 
-def test_the_commit_replaces_the_messages_the_model_receives() -> None:
-    client = replay(9)
-    ctx = context()
-    agent = AssistantAgent(
+def analyst(client: ChatCompletionClient, ctx: LookaheadChatCompletionContext) -> AssistantAgent:
+    """The agent these tests run: `read` as its tool, its model client wrapped for `ctx`."""
+    return AssistantAgent(
         "analyst",
         LookaheadModelClient(client, context=ctx),
         tools=[read],
@@ -109,13 +110,24 @@ def test_the_commit_replaces_the_messages_the_model_receives() -> None:
         max_tool_iterations=20,
     )
 
+
+def run_then_close(
+    agent: AssistantAgent, ctx: LookaheadChatCompletionContext, task: str | BaseChatMessage
+) -> None:
     async def go() -> None:
         try:
-            await agent.run(task="go")
+            await agent.run(task=task)
         finally:
             await ctx.aclose()
 
     asyncio.run(go())
+
+
+def test_the_commit_replaces_the_messages_the_model_receives() -> None:
+    client = replay(9)
+    ctx = context()
+    agent = analyst(client, ctx)
+    run_then_close(agent, ctx, "go")
     committed = [i for i, call in enumerate(ctx.calls) if call.commit is not CommitKind.NONE]
     assert committed and ctx.runtime.stats.hits >= 1 and ctx.runtime.stats.stale == 0
     for i in committed:
@@ -312,22 +324,8 @@ def test_after_a_summary_the_agent_sends_the_runtimes_history() -> None:
         summarizer=SummaryFake(),
         on_call=lambda _: runtime_at_call.append([dict(m) for m in ctx.runtime.main.messages]),
     )
-    agent = AssistantAgent(
-        "analyst",
-        LookaheadModelClient(client, context=ctx),
-        tools=[read],
-        system_message="analyze",
-        model_context=ctx,
-        max_tool_iterations=20,
-    )
-
-    async def go() -> None:
-        try:
-            await agent.run(task="go")
-        finally:
-            await ctx.aclose()
-
-    asyncio.run(go())
+    agent = analyst(client, ctx)
+    run_then_close(agent, ctx, "go")
     assert any(call.commit is not CommitKind.NONE for call in ctx.calls)
     for sent, history in zip(client.received, runtime_at_call, strict=True):
         assert [d for m in sent for d in to_openai(m)] == history
@@ -407,14 +405,7 @@ def test_a_summary_outlives_the_agents_event_loop() -> None:
         Summarize(lookahead_at=500, hard_limit=1100, recent_budget=300, commit_ahead=False),
         model_client=client,
     )
-    agent = AssistantAgent(
-        "analyst",
-        LookaheadModelClient(client, context=ctx),
-        tools=[read],
-        system_message="analyze",
-        model_context=ctx,
-        max_tool_iterations=20,
-    )
+    agent = analyst(client, ctx)
     asyncio.run(agent.run(task="go"))
     try:
         assert ctx.runtime.stats.lookaheads_started >= 1
@@ -431,14 +422,7 @@ def test_the_context_is_usable_after_it_was_closed() -> None:
     messages the context holds."""
     client = replay(2)
     ctx = context(KeepRecent(budget=4000, lookahead_at=6000, hard_limit=7000))  # no commit
-    agent = AssistantAgent(
-        "analyst",
-        LookaheadModelClient(client, context=ctx),
-        tools=[read],
-        system_message="analyze",
-        model_context=ctx,
-        max_tool_iterations=20,
-    )
+    agent = analyst(client, ctx)
 
     async def go() -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
         await agent.run(task="go")

@@ -4,20 +4,17 @@ adopts must not flatten it to text."""
 
 from __future__ import annotations
 
-import asyncio
-
-from autogen_agentchat.agents import AssistantAgent
 from autogen_agentchat.messages import MultiModalMessage
 from autogen_core import Image
 from autogen_core.models import UserMessage
 from PIL import Image as PILImage
 
-from lookahead_sdk.adapters.autogen import LookaheadChatCompletionContext, LookaheadModelClient
+from lookahead_sdk.adapters.autogen import LookaheadChatCompletionContext
 from lookahead_sdk.base.tokens import ApproxTokenCounter, CachedTokenCounter
 from lookahead_sdk.core.runtime import CommitKind
 from lookahead_sdk.strategies import KeepRecent
 
-from .test_autogen_adapter import read, replay
+from .test_autogen_adapter import analyst, replay, run_then_close
 
 
 def test_a_kept_multimodal_task_reaches_the_model_with_its_image_after_a_commit() -> None:
@@ -29,22 +26,8 @@ def test_a_kept_multimodal_task_reaches_the_model_with_its_image_after_a_commit(
         token_counter=CachedTokenCounter(ApproxTokenCounter()),
         window_tokens=8192,
     )
-    agent = AssistantAgent(
-        "analyst",
-        LookaheadModelClient(client, context=ctx),
-        tools=[read],
-        system_message="analyze",
-        model_context=ctx,
-        max_tool_iterations=20,
-    )
-
-    async def go() -> None:
-        try:
-            await agent.run(task=MultiModalMessage(content=["what is this", image], source="user"))
-        finally:
-            await ctx.aclose()
-
-    asyncio.run(go())
+    task = MultiModalMessage(content=["what is this", image], source="user")
+    run_then_close(analyst(client, ctx), ctx, task)
     committed = [i for i, call in enumerate(ctx.calls) if call.commit is not CommitKind.NONE]
     assert committed, "the history never reached the hard limit"
     for sent in client.received[committed[0] :]:

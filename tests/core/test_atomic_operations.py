@@ -125,6 +125,8 @@ def corrupted_states(saved: dict[str, Any]) -> list[dict[str, Any]]:
                 "kept_from": -1,
             },
         ),
+        lambda s: s["growth"].__setitem__("held_for_model_call", "yes"),
+        lambda s: s["growth"].__setitem__("marks_reply_boundaries", 1),
         lambda s: s.__setitem__("version", 99),
         lambda s: s.__setitem__("policy", "other"),
         lambda s: s.clear(),

@@ -4,10 +4,16 @@ before the commit it serves."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
+
+import pytest
 
 from lookahead_sdk import CommitKind, LookaheadRuntime, LookaheadStatus, OffloadStore
 from lookahead_sdk.base.messages import Message
+from lookahead_sdk.client.session import ServerSession
+from lookahead_sdk.client.warmers import LlamaCppWarmer, SGLangWarmer
+from lookahead_sdk.core.warmer import DelegatingWarmer
 from lookahead_sdk.strategies import Offload
 
 from .policies import CountingPolicy, RecordingWarmer, user
@@ -56,11 +62,16 @@ async def turn(runtime: LookaheadRuntime, step: int, *, mark_reply: bool) -> Non
 
 
 async def driven(
-    counter: object, *, hard: int, below: int, mark_reply: bool
+    counter: object,
+    *,
+    hard: int,
+    below: int,
+    mark_reply: bool,
+    warmer: RecordingWarmer | None = None,
 ) -> tuple[LookaheadRuntime, RecordingWarmer, int]:
     """A runtime that starts a lookahead at 4 messages and commits at `hard`, driven by whole
     turns while its history is below `below` messages; with its warmer and the next step."""
-    warmer = RecordingWarmer()
+    warmer = warmer or RecordingWarmer()
     runtime = LookaheadRuntime(
         CountingPolicy(soft=4, hard=hard),
         messages=[{"role": "system", "content": "s"}, user("task")],
@@ -106,10 +117,20 @@ async def test_a_loop_marking_only_tool_outputs_still_warms_each_suffix(approx_c
     await runtime.aclose()
 
 
+@pytest.mark.parametrize("restored", [False, True])
 async def test_the_suffix_is_warmed_during_the_tools_of_the_turn_that_reaches_the_limit(
-    approx_counter,
+    approx_counter, restored: bool
 ) -> None:
+    """Also for a runtime restored from a state saved where the warm-up was held back."""
     runtime, warmer, step = await driven(approx_counter, hard=11, below=10, mark_reply=True)
+    if restored:
+        state = json.loads(json.dumps(runtime.save_state()))
+        await runtime.aclose()
+        runtime = LookaheadRuntime(
+            CountingPolicy(soft=4, hard=11), token_counter=approx_counter, warmer=warmer
+        )
+        runtime.load_state(state)
+        assert runtime.lookahead.status is LookaheadStatus.READY
     await model_call(runtime)
     runtime.append(reply_calling_tool(step))  # the history reaches the limit with this reply
     await runtime.boundary()
@@ -152,3 +173,34 @@ async def test_offloads_redo_of_each_new_output_runs_in_the_tool_wait_after_the_
             await runtime.settle()
         assert runtime.stats.commits >= 3 and runtime.stats.hits == runtime.stats.commits
     assert held >= 3 and redone_after_reply >= held
+
+
+class GatedRecordingWarmer(RecordingWarmer):
+    """Holds its chunks for slack itself, as `LlamaCppWarmer` with a `SlackGate` does."""
+
+    @property
+    def waits_for_slack(self) -> bool:
+        return True
+
+
+async def test_a_warmer_that_waits_for_slack_itself_warms_at_the_boundary_before_the_call(
+    approx_counter,
+) -> None:
+    runtime, warmer, _ = await driven(
+        approx_counter, hard=14, below=12, mark_reply=True, warmer=GatedRecordingWarmer()
+    )
+    await runtime.settle()
+    # Its chunks go after the call anyway: held, the warm-up at the reply would be larger and
+    # nearer the commit (what the CPU engine's four-agent run measured).
+    assert any(warmed[-1]["role"] == "tool" for warmed in warmer.warmed[1:])
+    assert warmer.warmed[-1] == warm_context(runtime)
+    await runtime.aclose()
+
+
+def test_waiting_for_slack_is_the_gate_of_the_llamacpp_warmer_through_any_wrapper() -> None:
+    session = ServerSession("http://engine.test", wire="llamacpp")
+    gated = LlamaCppWarmer(session, gate=session.gate())
+    assert gated.waits_for_slack and DelegatingWarmer(gated).waits_for_slack
+    assert not LlamaCppWarmer(session).waits_for_slack
+    assert not SGLangWarmer("http://engine.test").waits_for_slack
+    assert not DelegatingWarmer(SGLangWarmer("http://engine.test")).waits_for_slack
