@@ -337,6 +337,7 @@ class LookaheadRuntime:
             end = len(self.main)
             self._commit_due_at = (end, self.main.prefix_signature(end) or b"")
         if self.mode == "lookahead":
+            self._observe_boundary()
             self._on_boundary()
 
     @property
@@ -744,17 +745,25 @@ class LookaheadRuntime:
             log.warning("promotion of %s failed: %r", group_id, error)
 
     # -- background work ---------------------------------------------------------------------
-    def _on_boundary(self) -> None:
+    def _observe_boundary(self) -> None:
+        """What a boundary tells, taken once, when it happens. A boundary deferred behind a
+        running job (`_after_job`) is not observed again: by then the model call it announced
+        may have gone out, and a second announcement would hold every program's best-effort
+        work behind a call already sent until it expires (1 s; traced on the CPU engine: an
+        Offload warm-up due at the next call held 1 s, beside that call's decode and into the
+        tool wait, and the commit waited 0.6 s for it)."""
         now = self.clock()
         last = self.main.last_message
         if last is not None and last.get("role") == "assistant":
             self._marks_reply_boundaries = True
         self._growth.observe(now, self.main.tokens)
         self._pace.boundary(now, self.main.turn)
-        self._refresh_due()
         if self.main.awaits_model_call():
-            # Whatever starts below must not go to the engine ahead of that call.
+            # Whatever starts at this boundary must not go to the engine ahead of that call.
             self._hooks.model_call_next(self.program_id)
+
+    def _on_boundary(self) -> None:
+        self._refresh_due()
         self._drop_if_stale()
         if self._job is not None and not self._job.done():
             self.stats.superseded_boundaries += self._pending_boundary

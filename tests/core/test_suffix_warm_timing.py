@@ -4,7 +4,9 @@ before the commit it serves."""
 
 from __future__ import annotations
 
+import asyncio
 import json
+from collections.abc import Sequence
 from pathlib import Path
 
 import pytest
@@ -13,7 +15,12 @@ from lookahead_sdk import CommitKind, LookaheadRuntime, LookaheadStatus, Offload
 from lookahead_sdk.base.messages import Message
 from lookahead_sdk.client.session import ServerSession
 from lookahead_sdk.client.warmers import LlamaCppWarmer, SGLangWarmer
-from lookahead_sdk.core.warmer import DelegatingWarmer
+from lookahead_sdk.core.warmer import (
+    DelegatingWarmer,
+    RequestShape,
+    WarmupResult,
+    WarmupSpend,
+)
 from lookahead_sdk.strategies import Offload
 
 from .policies import CountingPolicy, RecordingWarmer, user
@@ -204,3 +211,64 @@ def test_waiting_for_slack_is_the_gate_of_the_llamacpp_warmer_through_any_wrappe
     assert not LlamaCppWarmer(session).waits_for_slack
     assert not SGLangWarmer("http://engine.test").waits_for_slack
     assert not DelegatingWarmer(SGLangWarmer("http://engine.test")).waits_for_slack
+
+
+class HeldLlamaCppWarmer(LlamaCppWarmer):
+    """The llama.cpp warmer with its gate, announcing model calls to its session as it does;
+    each warm-up (counted) runs until `release` is set, with no engine behind it."""
+
+    def __init__(self, session: ServerSession) -> None:
+        super().__init__(session, gate=session.gate())
+        self.release = asyncio.Event()
+        self.warm_ups = 0
+
+    async def warm(
+        self,
+        messages: Sequence[Message],
+        *,
+        shape: RequestShape,
+        open_last: bool = False,
+        spend: WarmupSpend | None = None,
+    ) -> WarmupResult:
+        self.warm_ups += 1
+        await self.release.wait()
+        return WarmupResult(prompt_tokens=10 * len(messages), cached_tokens=0, seconds=0.0)
+
+
+async def test_a_boundary_deferred_behind_a_warm_up_does_not_announce_its_sent_call_again(
+    approx_counter,
+) -> None:
+    """A boundary reached while a warm-up runs is scheduled once that warm-up ends; the model
+    call it announced may have gone out by then, and announcing it again would close the gate
+    to every program's best-effort work behind a call already sent."""
+    session = ServerSession("http://engine.test", wire="llamacpp")
+    foreground = session.foreground
+    warmer = HeldLlamaCppWarmer(session)
+    runtime = LookaheadRuntime(
+        CountingPolicy(soft=4, hard=40),
+        messages=[{"role": "system", "content": "s"}, user("task")],
+        token_counter=approx_counter,
+        warmer=warmer,
+    )
+    program_id = runtime.program_id
+    runtime.append(reply_calling_tool(0), tool_output(0))
+    await runtime.boundary()  # the lookahead starts; its warm-up is held
+    assert runtime.busy and foreground.announced(program_id)
+    foreground.begin(program_id).end()  # the model call that boundary announced
+    runtime.append(reply_calling_tool(1))
+    await runtime.boundary()
+    runtime.append(tool_output(1))
+    await runtime.boundary()  # deferred behind the warm-up; its model call is announced
+    assert runtime.busy and foreground.announced(program_id)
+    call = foreground.begin(program_id)
+    call.first_token()  # the call went out and decodes: best-effort work may run beside it
+    warm_ups = warmer.warm_ups
+    warmer.release.set()
+    await runtime.settle()
+    # The deferred boundary was scheduled: the new suffix was warmed into the ready result ...
+    assert runtime.lookahead.status is LookaheadStatus.READY
+    assert warmer.warm_ups > warm_ups
+    # ... and announced nothing: that call is sent.
+    assert not foreground.announced(program_id) and foreground.prefilling == 0
+    call.end()
+    await runtime.aclose()
